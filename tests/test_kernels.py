@@ -1,0 +1,100 @@
+"""numba kernels against their plain-Python versions (.py_func) and simple references."""
+
+import numpy as np
+import pytest
+
+import sgeval
+
+
+def random_masks(rng, n, height, width, density):
+    return rng.random((n, height, width)) < density
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mask_iou_matches_py_func_and_pixel_count(seed):
+    rng = np.random.default_rng(seed)
+    height, width = rng.integers(1, 40, size=2)  # odd sizes exercise the word padding
+    gt, pred = random_masks(rng, 6, height, width, 0.3), random_masks(rng, 9, height, width, 0.3)
+    gt[0] = False  # an empty GT mask
+    pred[0], pred[1] = gt[1], False
+    gt_cat, pred_cat = rng.integers(0, 2, 6), rng.integers(0, 2, 9)
+    pred_cat[0:2] = gt_cat[1]
+    args = (sgeval._pack(gt), gt_cat, sgeval._pack(pred), pred_cat)
+    fast = sgeval.mask_iou(*args)
+    np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args))
+    for p in range(9):
+        for g in range(6):
+            if pred_cat[p] != gt_cat[g]:
+                assert fast[p, g] == -1.0
+            else:
+                union = int((pred[p] | gt[g]).sum())
+                expected = int((pred[p] & gt[g]).sum()) / union if union else 0.0
+                assert fast[p, g] == expected
+    assert fast[0, 1] == 1.0 and fast[1, 1] == 0.0  # copy of gt 1; empty prediction
+
+
+def test_popcount_and_areas():
+    words = np.array([[0, 1, 2**63, 2**64 - 1, 0x0F0F]], np.uint64)
+    assert sgeval.mask_areas(words)[0] == 0 + 1 + 1 + 64 + 8
+    for value in (0, 1, 3, 2**40 + 7, 2**64 - 1):
+        assert sgeval.popcount64(np.uint64(value)) == bin(value).count("1")
+        with np.errstate(over="ignore"):  # numpy scalars warn where the kernel wraps silently
+            assert sgeval.popcount64.py_func(np.uint64(value)) == bin(value).count("1")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_box_iou_matches_py_func(seed):
+    rng = np.random.default_rng(seed)
+    corner = rng.integers(0, 20, size=(14, 2)) / 2
+    boxes = np.concatenate([corner, corner + rng.integers(0, 12, size=(14, 2)) / 2], axis=1)
+    cats = rng.integers(0, 2, 14)
+    fast = sgeval.box_iou(boxes[:5], cats[:5], boxes[5:], cats[5:])
+    np.testing.assert_array_equal(fast, sgeval.box_iou.py_func(boxes[:5], cats[:5], boxes[5:], cats[5:]))
+    assert ((fast == -1.0) == (cats[5:, None] != cats[None, :5])).all()
+
+
+def test_box_iou_hand_values():
+    gt = np.array([[0.0, 0, 2, 2]])
+    pred = np.array([[1.0, 0, 3, 2], [0, 0, 4, 2], [5, 5, 6, 6], [0, 0, 0, 0]])
+    iou = sgeval.box_iou(gt, np.zeros(1, np.int64), pred, np.zeros(4, np.int64))
+    assert iou[:, 0].tolist() == [2 / 6, 0.5, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_matching_kernels_match_py_func_and_definition(seed):
+    rng = np.random.default_rng(seed)
+    # IoUs on a coarse grid so ties are common; -1 marks a different category.
+    iou = rng.integers(-1, 5, size=(rng.integers(0, 8), rng.integers(1, 6))) / 4
+    iou[iou < 0] = -1.0
+    for kernel in (sgeval.match_unique, sgeval.best_candidates):
+        np.testing.assert_array_equal(kernel(iou, 0.5), kernel.py_func(iou, 0.5))
+    candidate = sgeval.best_candidates(iou, 0.5)
+    unique = sgeval.match_unique(iou, 0.5)
+    for p in range(iou.shape[0]):
+        same_category = [g for g in range(iou.shape[1]) if iou[p, g] >= 0]
+        best = max(same_category, key=lambda g: (iou[p, g], -g)) if same_category else -1
+        assert candidate[p] == (best if best >= 0 and iou[p, best] >= 0.5 else -1)
+    for g in range(iou.shape[1]):
+        claimants = [p for p in range(iou.shape[0]) if candidate[p] == g]
+        holder = max(claimants, key=lambda p: (iou[p, g], -p)) if claimants else None
+        assert [p for p in range(iou.shape[0]) if unique[p] == g] == ([holder] if claimants else [])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_first_positions(seed):
+    rng = np.random.default_rng(seed)
+    sequence = rng.integers(-1, 8, size=rng.integers(0, 30))
+    queries = rng.permutation(10)[: rng.integers(0, 10)]
+    fast = sgeval.first_positions(sequence, queries)
+    np.testing.assert_array_equal(fast, sgeval.first_positions.py_func(sequence, queries))
+    expected = [list(sequence).index(q) if q in sequence else -1 for q in queries]
+    assert fast.tolist() == expected
+
+
+def test_pack_round_trip():
+    rng = np.random.default_rng(0)
+    masks = rng.random((3, 7, 11)) < 0.5
+    packed = sgeval._pack(masks)
+    assert packed.dtype == np.uint64 and packed.shape == (3, 2)
+    unpacked = np.unpackbits(packed.view(np.uint8), axis=1)[:, : 7 * 11].reshape(3, 7, 11)
+    np.testing.assert_array_equal(unpacked.astype(bool), masks)
