@@ -555,17 +555,18 @@ def write_predictions(path, images):
             record["seg_filename"] = f"{image['id']}.tiff"
             buffer = io.BytesIO()
             tifffile.imwrite(buffer, np.asarray(masks) != 0, photometric="minisblack",
-                             compression="deflate")
+                             compression=tifffile.COMPRESSION.ADOBE_DEFLATE)
             files.append((record["seg_filename"], buffer.getvalue()))
         records.append(record)
     payload = json.dumps({"version": 1, "images": records}).encode()
     if kind == "json":
         Path(path).write_bytes(payload)
     elif kind == "zip":
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-            archive.writestr("triplets.json", payload, compress_type=zipfile.ZIP_DEFLATED)
-            for name, data in files:
-                archive.writestr(name, data)
+        with zipfile.ZipFile(path, "w") as archive:  # fixed dates: same input, same bytes
+            archive.writestr(zipfile.ZipInfo("triplets.json", (1980, 1, 1, 0, 0, 0)), payload,
+                             compress_type=zipfile.ZIP_DEFLATED)
+            for name, data in files:  # TIFF pages are compressed already
+                archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
     else:
         os.makedirs(path, exist_ok=True)
         Path(path, "triplets.json").write_bytes(payload)

@@ -1,0 +1,65 @@
+# sgeval — common tasks. Needs only Python 3.11 (or python3) with venv/pip; everything else is
+# installed into .venv from the pinned requirements files.
+#
+#   make setup              create .venv and install requirements-dev.txt (redone only when they change)
+#   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
+#   make test               run the test suite
+#   make eval MODEL=<name>  evaluate configs/<name>.yaml
+#   make bench              time three runs of the demo evaluation
+#   make clean / distclean  remove generated files / also .venv
+
+SHELL := /bin/sh
+PYTHON_BOOT := $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO := demo/data
+DEMO_SOURCES := tools/synth.py tools/make_demo.py
+
+.PHONY: setup demo demo-data test eval bench clean distclean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@if [ -z "$(PYTHON_BOOT)" ]; then echo "make setup: neither python3.11 nor python3 found" >&2; exit 1; fi
+	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON_BOOT)"; $(PYTHON_BOOT) -m venv $(VENV); fi
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+	@touch $@
+
+# (Re)generate the demo data when a file is missing or the generator changed.
+demo-data: $(STAMP)
+	@if [ ! -f $(DEMO)/psg.json ] || [ ! -f $(DEMO)/pred.zip ] \
+	    || [ tools/synth.py -nt $(DEMO)/pred.zip ] || [ tools/make_demo.py -nt $(DEMO)/pred.zip ] \
+	    || [ sgeval.py -nt $(DEMO)/pred.zip ]; then \
+	  rm -rf $(DEMO) && $(PY) tools/make_demo.py --out $(DEMO); \
+	fi
+
+demo: demo-data
+	$(PY) sgeval.py --config configs/demo.yaml
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+eval: $(STAMP)
+	@if [ -z "$(MODEL)" ]; then \
+	  echo "usage: make eval MODEL=<name>   (evaluates configs/<name>.yaml)" >&2; exit 2; fi
+	@if [ ! -f "configs/$(MODEL).yaml" ]; then \
+	  echo "make eval: configs/$(MODEL).yaml does not exist; available:" $$(ls configs | sed -n 's/\.yaml$$//p') >&2; \
+	  exit 2; fi
+	$(PY) sgeval.py --config "configs/$(MODEL).yaml"
+
+# Placeholder benchmark: wall time of three demo evaluations (the first may include numba compilation).
+bench: demo-data
+	@for run in 1 2 3; do \
+	  start=$$($(PY) -c 'import time; print(time.time())'); \
+	  $(PY) sgeval.py --config configs/demo.yaml > /dev/null || exit 1; \
+	  $(PY) -c "import time; print('bench run $$run: %.2f s wall' % (time.time() - $$start))"; \
+	done
+
+clean:
+	rm -rf $(DEMO) demo/results.json .pytest_cache
+	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Helper scripts for sgeval: synthetic data (`tools.synth`) and the demo generator."""
