@@ -162,8 +162,8 @@ def make_config(values, source="config"):
     k_labels = []
     for item in _as_list(merged["k"]):
         try:
-            _parse_k(item)
-            k_labels.append(str(item).strip())
+            k = _parse_k(item)
+            k_labels.append(f"x{k:g}" if isinstance(k, float) else str(k))
         except ValueError:
             problems.append(f"{source}: k value '{item}' is neither a positive integer nor x<factor>")
     if not k_labels:
@@ -301,7 +301,10 @@ def read_gt(gt_path, seg_root=None):
     test_ids = {str(i) for i in data["test_image_ids"]}
     problems, images, skipped, seen = [], [], 0, set()
     for index, entry in enumerate(data["data"]):
-        image_id = str(entry.get("image_id", f"#{index}")) if isinstance(entry, dict) else f"#{index}"
+        if not isinstance(entry, dict) or "image_id" not in entry:
+            problems.append(f"{gt_path}: data[{index}]: missing field 'image_id'")
+            continue
+        image_id = str(entry["image_id"])
         where = f"{gt_path}: image {image_id}"
         if image_id not in test_ids:
             continue
@@ -341,9 +344,15 @@ def read_gt(gt_path, seg_root=None):
         _, first = np.unique(relations, axis=0, return_index=True)
         seg_path = None
         if seg_root is not None:
-            seg_path = os.path.join(seg_root, str(entry.get("pan_seg_file_name", "")))
+            if not isinstance(entry.get("pan_seg_file_name"), str):
+                problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
+                continue
+            seg_path = os.path.join(seg_root, entry["pan_seg_file_name"])
         images.append(GTImage(image_id, height, width, seg_path, segment_ids, categories, boxes,
                               relations[np.sort(first)]))
+    problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
+                 for image_id in sorted(test_ids - seen - {str(e.get("image_id")) for e in data["data"]
+                                                           if isinstance(e, dict)})]
     if problems:
         raise SGEvalError(problems)
     return GroundTruth(objects, predicates, images, skipped)
@@ -372,6 +381,11 @@ class PredSource:
             with zipfile.ZipFile(self.path) as archive:
                 return set(archive.namelist())
         return None
+
+    def close(self):
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
 
     def __getstate__(self):  # an open ZipFile does not cross process boundaries
         return {**self.__dict__, "_zip": None}
@@ -426,9 +440,11 @@ def _instances(record, where, mode, n_objects, problems):
 
 def read_predictions(pred_path, n_objects, n_predicates, mode):
     """Read triplets.json of a prediction; returns (PredSource, {image_id: PredImage})."""
-    source = PredSource(pred_path)
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
+    source = PredSource(pred_path)
+    if str(pred_path).endswith(".zip") and source.kind != "zip":
+        raise SGEvalError([f"{pred_path}: not a readable ZIP archive"])
     name = "triplets.json" if source.kind != "json" else os.path.basename(pred_path)
     try:
         raw = source.read(name)
@@ -923,10 +939,13 @@ def evaluate(config, progress=None):
     tasks = [(image, predictions.get(image.image_id), source, static) for image in gt.images]
     evaluated_ids = {image.image_id for image in gt.images}
     per_image, problems = [], []
-    for counts, image_problems in _run(tasks, config.workers, progress):
-        problems.extend(image_problems)
-        if counts is not None:
-            per_image.append(counts)
+    try:
+        for counts, image_problems in _run(tasks, config.workers, progress):
+            problems.extend(image_problems)
+            if counts is not None:
+                per_image.append(counts)
+    finally:
+        source.close()
     if problems:
         raise SGEvalError(problems)
     counts = stack_counts(per_image, len(config.k), n_predicates)
