@@ -166,7 +166,7 @@ def make_config(values, source="config"):
             k_labels.append(f"x{k:g}" if isinstance(k, float) else str(k))
         except ValueError:
             problems.append(f"{source}: k value '{item}' is neither a positive integer nor x<factor>")
-    if not k_labels:
+    if not _as_list(merged["k"]):
         problems.append(f"{source}: 'k' needs at least one value")
     metric_names = [str(m) for m in _as_list(merged["metrics"])]
     for name in metric_names:
@@ -183,13 +183,11 @@ def make_config(values, source="config"):
     except (TypeError, ValueError):
         problems.append(f"{source}: iou_threshold must be a number in (0, 1]")
         threshold = 0.5
-    try:
-        workers = int(merged["workers"])
-        if workers < 1:
-            raise ValueError
-    except (TypeError, ValueError):
+    workers = merged["workers"]
+    if isinstance(workers, str) and workers.strip().isdigit():
+        workers = int(workers)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         problems.append(f"{source}: workers must be a positive integer")
-        workers = 1
     if problems:
         raise SGEvalError(problems)
     text_or_none = lambda v: None if v in (None, "") else str(v)  # noqa: E731
@@ -209,7 +207,8 @@ def load_config(path=None, **overrides):
         try:
             values = yaml.safe_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as error:
-            raise SGEvalError([f"{path}: cannot read YAML config: {error}"]) from None
+            text = " ".join(str(error).split())
+            raise SGEvalError([f"{path}: cannot read YAML config: {text}"]) from None
         if not isinstance(values, dict):
             raise SGEvalError([f"{path}: the config must be a mapping of keys to values"])
     values.update({key: value for key, value in overrides.items() if value is not None})
@@ -296,6 +295,9 @@ def read_gt(gt_path, seg_root=None):
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
         raise SGEvalError([f"{gt_path}: missing top-level field '{key}'" for key in missing])
+    not_lists = [key for key in keys if not isinstance(data[key], list)]
+    if not_lists:
+        raise SGEvalError([f"{gt_path}: top-level field '{key}' must be a list" for key in not_lists])
     objects = list(data["thing_classes"]) + list(data["stuff_classes"])
     predicates = list(data["predicate_classes"])
     test_ids = {str(i) for i in data["test_image_ids"]}
@@ -312,14 +314,16 @@ def read_gt(gt_path, seg_root=None):
             problems.append(f"{where}: duplicate image_id")
             continue
         seen.add(image_id)
-        try:
-            segments = entry["segments_info"]
-            annotations = entry["annotations"]
-            height, width = int(entry["height"]), int(entry["width"])
-            relations_raw = entry["relations"]
-        except (KeyError, TypeError, ValueError) as error:
-            problems.append(f"{where}: missing or malformed field {error}")
+        bad_fields = [f"field '{key}' must be a positive integer" for key in ("height", "width")
+                      if not isinstance(entry.get(key), int) or isinstance(entry.get(key), bool)
+                      or entry[key] < 1]
+        bad_fields += [f"field '{key}' must be a list" for key in ("segments_info", "annotations", "relations")
+                       if not isinstance(entry.get(key), list)]
+        if bad_fields:
+            problems += [f"{where}: {text}" for text in bad_fields]
             continue
+        segments, annotations = entry["segments_info"], entry["annotations"]
+        height, width, relations_raw = entry["height"], entry["width"], entry["relations"]
         relations = _int_rows(relations_raw, 3, "relations", where, problems)
         if relations is None:
             continue
@@ -348,6 +352,9 @@ def read_gt(gt_path, seg_root=None):
                 problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
                 continue
             seg_path = os.path.join(seg_root, entry["pan_seg_file_name"])
+            if not os.path.isfile(seg_path):
+                problems.append(f"{seg_path}: image {image_id}: panoptic PNG not found "
+                                f"(field 'pan_seg_file_name' under {seg_root})")
         images.append(GTImage(image_id, height, width, seg_path, segment_ids, categories, boxes,
                               relations[np.sort(first)]))
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
@@ -419,23 +426,24 @@ def _instances(record, where, mode, n_objects, problems):
         return None, None
     category_array = np.array(categories, np.int64)
     _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
-    if all(b is None for b in boxes) and mode == "mask":
+    for index, box in enumerate(boxes):  # bbox: required in box mode, checked when given
+        if box is None and mode == "mask":
+            continue
+        if box is None:
+            problems.append(f"{where}: instance {index}: field 'bbox' is required in box mode")
+        elif not (isinstance(box, list) and len(box) >= 4
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box[:4])):
+            problems.append(f"{where}: instance {index}: field 'bbox' must be [x1, y1, x2, y2] numbers")
+        elif not all(math.isfinite(v) for v in box[:4]):
+            problems.append(f"{where}: instance {index}: field 'bbox' holds NaN or inf")
+        elif mode == "box" and (box[2] < box[0] or box[3] < box[1]):
+            problems.append(f"{where}: instance {index}: field 'bbox' has x2 < x1 or y2 < y1")
+        else:
+            continue
+        return None, None
+    if mode == "mask":
         return category_array, None
-    try:
-        box_array = np.array([b[:4] for b in boxes], np.float64).reshape(-1, 4)
-        if any(len(b) < 4 for b in boxes):
-            raise ValueError
-    except (TypeError, ValueError):
-        problems.append(f"{where}: field 'bbox' must be [x1, y1, x2, y2] numbers for every instance")
-        return category_array, None
-    bad = np.flatnonzero(~np.isfinite(box_array).all(axis=1))
-    if bad.size:
-        problems.append(f"{where}: instance {int(bad[0])} bbox holds NaN or inf")
-    elif mode == "box":
-        bad = np.flatnonzero((box_array[:, 2] < box_array[:, 0]) | (box_array[:, 3] < box_array[:, 1]))
-        if bad.size:
-            problems.append(f"{where}: instance {int(bad[0])} bbox has x2 < x1 or y2 < y1")
-    return category_array, box_array
+    return category_array, np.array([box[:4] for box in boxes], np.float64).reshape(-1, 4)
 
 
 def read_predictions(pred_path, n_objects, n_predicates, mode):
@@ -471,13 +479,17 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
             problems.append(f"{where}: duplicate image id")
             continue
         categories, boxes = _instances(record, where, mode, n_objects, problems)
-        triplets = _int_rows(record.get("triplets"), 3, "triplets", where, problems)
+        if "triplets" not in record:
+            problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
+            continue
+        triplets = _int_rows(record["triplets"], 3, "triplets", where, problems)
         ng_triplets = triplets
         if record.get("ng_triplets") is not None:
             ng_triplets = _int_rows(record["ng_triplets"], 3, "ng_triplets", where, problems)
         if categories is None or triplets is None or ng_triplets is None:
             continue
-        for field, rows in (("triplet", triplets), ("ng_triplet", ng_triplets)):
+        checks = [("triplet", triplets)] + [("ng_triplet", ng_triplets)] * (ng_triplets is not triplets)
+        for field, rows in checks:
             _check_indices(rows, field, [len(categories)] * 2 + [n_predicates],
                            ["instance", "instance", "predicate"], where, problems)
         seg_filename = record.get("seg_filename")
@@ -488,8 +500,6 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
                 problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
             elif members is not None and seg_filename not in members:
                 problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-        if mode == "box" and boxes is None and len(categories):
-            problems.append(f"{where}: field 'bbox' is required in box mode")
         images[image_id] = PredImage(image_id, categories, boxes, triplets, ng_triplets,
                                      seg_filename if isinstance(seg_filename, str) else None)
     if problems:
@@ -511,11 +521,12 @@ def load_gt_masks(image):
     where = f"{image.seg_path}: image {image.image_id}"
     try:
         with Image.open(image.seg_path) as png:
-            if png.mode not in ("RGB", "RGBA"):
-                raise SGEvalError([f"{where}: panoptic PNG mode is {png.mode}, expected RGB"])
+            mode = png.mode
             rgb = np.asarray(png.convert("RGB")).astype(np.int64)
     except (OSError, ValueError) as error:
         raise SGEvalError([f"{where}: cannot read panoptic PNG: {error}"]) from None
+    if mode not in ("RGB", "RGBA"):
+        raise SGEvalError([f"{where}: panoptic PNG mode is {mode}, expected RGB"])
     if rgb.shape[:2] != (image.height, image.width):
         raise SGEvalError([f"{where}: panoptic PNG is {rgb.shape[1]}x{rgb.shape[0]}, "
                            f"field 'width'x'height' says {image.width}x{image.height}"])
@@ -1043,12 +1054,15 @@ def main(config_path, quiet, **options):
         config = load_config(config_path, **options)
         results = evaluate(config, progress=None if quiet else progress)
     except SGEvalError as error:
-        for problem in error.problems:
+        failure = error
+    else:
+        failure = None
+    if bar is not None:
+        bar.render_finish()
+    if failure is not None:
+        for problem in failure.problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
-    finally:
-        if bar is not None:
-            bar.render_finish()
     click.echo(format_table(results))
     if config.output:
         click.echo(f"results written to {config.output}", err=True)
