@@ -301,13 +301,14 @@ def read_gt(gt_path, seg_root=None):
     objects = list(data["thing_classes"]) + list(data["stuff_classes"])
     predicates = list(data["predicate_classes"])
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen = [], [], 0, set()
+    problems, images, skipped, seen, listed = [], [], 0, set(), set()
     for index, entry in enumerate(data["data"]):
         if not isinstance(entry, dict) or "image_id" not in entry:
             problems.append(f"{gt_path}: data[{index}]: missing field 'image_id'")
             continue
         image_id = str(entry["image_id"])
         where = f"{gt_path}: image {image_id}"
+        listed.add(image_id)
         if image_id not in test_ids:
             continue
         if image_id in seen:
@@ -358,8 +359,7 @@ def read_gt(gt_path, seg_root=None):
         images.append(GTImage(image_id, height, width, seg_path, segment_ids, categories, boxes,
                               relations[np.sort(first)]))
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
-                 for image_id in sorted(test_ids - seen - {str(e.get("image_id")) for e in data["data"]
-                                                           if isinstance(e, dict)})]
+                 for image_id in sorted(test_ids - listed)]
     if problems:
         raise SGEvalError(problems)
     return GroundTruth(objects, predicates, images, skipped)
