@@ -80,7 +80,7 @@ def make_demo(out, seed=0):
         predicate_weights=predicate_weights(len(PREDICATE_CLASSES), N_USED_PREDICATES))
     gt_path = synth.write_gt(dataset, out)
     pred_path = out / "pred.zip"
-    sgeval.write_predictions(pred_path, synth.simulate_predictions(rng, dataset))
+    sgeval.write_predictions(pred_path, synth.simulate_predictions(rng, dataset, n_spurious=80))
     return gt_path, pred_path
 
 

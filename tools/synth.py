@@ -309,9 +309,10 @@ def _simulate_instances(rng, im, n_classes, with_masks):
     return [instances[i] for i in order]
 
 
-def _simulate_triplets(rng, relations, sources, n_predicates):
+def _simulate_triplets(rng, relations, sources, n_predicates, n_spurious=None):
     """(T, T_ng) for instances whose GT sources are given: true and spurious pairs, several
-    predicates per pair, repeated pairs and triplets, occasional self-pairs."""
+    predicates per pair, repeated pairs and triplets, occasional self-pairs. n_spurious: about
+    how many spurious triplets to rank among the true ones (default: up to min(2 P, 20))."""
     n = len(sources)
     copies = {}
     for i, g in enumerate(sources):
@@ -321,10 +322,14 @@ def _simulate_triplets(rng, relations, sources, n_predicates):
         if s_gt in copies and o_gt in copies and rng.random() < 0.8:
             s, o = int(rng.choice(copies[s_gt])), int(rng.choice(copies[o_gt]))
             predicate = p if rng.random() < 0.7 else int(rng.integers(n_predicates))
-            scored.append((float(rng.uniform(0.4, 1.0)), s, o, predicate))
-    for _ in range(int(rng.integers(0, min(2 * n, 20) + 1))):
+            scored.append((float(rng.uniform(0.4 if n_spurious is None else 0.3, 1.0)), s, o, predicate))
+    low, high = (0, min(2 * n, 20)) if n_spurious is None else (n_spurious // 2, n_spurious)
+    top = 0.8 if n_spurious is None else 0.75  # many spurious triplets, interleaved with the true ones
+    for _ in range(int(rng.integers(low, high + 1)) if n else 0):
         s, o = int(rng.integers(n)), int(rng.integers(n))
-        scored.append((float(rng.uniform(0.0, 0.8)), s, o, int(rng.integers(n_predicates))))
+        if n_spurious is not None and s == o:  # self-pairs only from the rare case below
+            o = (s + 1) % n
+        scored.append((float(rng.uniform(0.0, top)), s, o, int(rng.integers(n_predicates))))
     if n and rng.random() < 0.2:
         s = int(rng.integers(n))
         scored.append((float(rng.uniform(0.0, 0.8)), s, s, int(rng.integers(n_predicates))))
@@ -343,11 +348,12 @@ def _simulate_triplets(rng, relations, sources, n_predicates):
     return triplets, [[s, o, p] for _, s, o, p in ng_scored]
 
 
-def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind, p_no_ng):
+def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind, p_no_ng, n_spurious):
     """One prediction image dict; kind is "normal", "no_instances" or "no_triplets"."""
     instances = [] if kind == "no_instances" else _simulate_instances(rng, im, n_classes, with_masks)
     if kind == "normal":
-        triplets, ng_triplets = _simulate_triplets(rng, im["relations"], [t[3] for t in instances], n_predicates)
+        triplets, ng_triplets = _simulate_triplets(rng, im["relations"], [t[3] for t in instances],
+                                                   n_predicates, n_spurious)
     else:
         triplets, ng_triplets = [], []
     out = {"id": image_id,
@@ -364,7 +370,7 @@ def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind,
 
 
 def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0.05, with_masks=True,
-                         n_extra=2, p_no_ng=0.2):
+                         n_extra=2, p_no_ng=0.2, n_spurious=None):
     """Simulate a one-stage model's output as a list of prediction image dicts (module docstring).
 
     Covers the test images (all images if not only_test) in dataset order, except:
@@ -375,7 +381,7 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
     - extra: n_extra predictions for ids outside the covered images are inserted at random
       positions: the first from a train-split image when only_test and one exists, the rest for
       ids absent from the dataset ("1000000", "1000001", ...; shaped like the first image).
-    ng_triplets is omitted with rate p_no_ng. Box mode (with_masks=False): no "masks" key,
+    ng_triplets is omitted with rate p_no_ng; n_spurious is passed to the triplet simulation. Box mode (with_masks=False): no "masks" key,
     box coordinates are multiples of 0.5.
     """
     n_classes = len(dataset["thing_classes"]) + len(dataset["stuff_classes"])
@@ -388,7 +394,8 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
         if i in missing:
             continue
         kind = "normal" if i not in empty else ("no_instances" if rng.random() < 0.5 else "no_triplets")
-        out.append(_predict_image(rng, im, im["image_id"], n_classes, n_predicates, with_masks, kind, p_no_ng))
+        out.append(_predict_image(rng, im, im["image_id"], n_classes, n_predicates, with_masks, kind, p_no_ng,
+                                  n_spurious))
     others = [im for im in dataset["images"] if only_test and im["split"] != "test"]
     for j in range(n_extra):
         if j == 0 and others:
@@ -396,6 +403,7 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
             image_id = source["image_id"]
         else:
             source, image_id = dataset["images"][0], str(1_000_000 + j)
-        extra = _predict_image(rng, source, image_id, n_classes, n_predicates, with_masks, "normal", p_no_ng)
+        extra = _predict_image(rng, source, image_id, n_classes, n_predicates, with_masks, "normal", p_no_ng,
+                               n_spurious)
         out.insert(int(rng.integers(len(out) + 1)), extra)
     return out
