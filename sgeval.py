@@ -69,6 +69,7 @@ K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 
 __version__ = "0.1.0"
 
+import collections
 import dataclasses
 import io
 import json
@@ -92,8 +93,9 @@ log = logging.getLogger("sgeval")
 # Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
-METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank")
-PROTOCOLS = ("unique", "multimpo")
+METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR")
+PROTOCOLS = ("unique", "singlempo", "multimpo")
+MERGE_IOU = 0.5  # SingleMPO: instances with IoU >= this are one node
 
 
 class SGEvalError(ValueError):
@@ -116,13 +118,24 @@ class Config:
     gt: str = ""  # OpenPSG psg.json
     gt_seg: str | None = None  # panoptic PNG root; None = box mode
     pred: str = ""  # predictions: .json, .zip or directory
-    protocol: str = "unique"  # unique | multimpo
+    train_gt: str | None = None  # training annotations (default: gt's non-test images)
+    zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
+    protocol: str = "unique"  # unique | singlempo | multimpo: the headline protocol
+    protocols: tuple = ()  # more protocols evaluated side by side in the same run
     k: tuple = ("20", "50", "100", "x1", "x10")  # absolute or relative ("x10") cut-offs
+    imr_k: tuple = ("10", "20", "50")  # cut-offs per predicate for IMR / wIMR
     metrics: tuple = METRIC_FAMILIES  # metric families to report
     iou_threshold: float = 0.5  # a match needs IoU >= this
+    wimr_tau: float = 0.5  # wIMR weight softness (0 = IMR)
     absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means
+    aggregation: str = "per_image"  # per_image | pooled
+    per_predicate: bool = False  # print the per-predicate table
     workers: int = 1  # processes decoding and matching images
     output: str | None = None  # JSON results file
+
+
+_CHOICES = {"protocol": PROTOCOLS, "absent_predicates": ("skip", "zero"),
+            "aggregation": ("per_image", "pooled")}
 
 
 def _parse_k(value):
@@ -145,59 +158,65 @@ def _as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def _k_labels(key, value, relative, source, problems):
+    labels = []
+    for item in _as_list(value):
+        try:
+            k = _parse_k(item)
+            if isinstance(k, float) and not relative:
+                raise ValueError(item)
+            labels.append(f"x{k:g}" if isinstance(k, float) else str(k))
+        except ValueError:
+            kind = "a positive integer" + (" or x<factor>" if relative else "")
+            problems.append(f"{source}: {key} value '{item}' is not {kind}")
+    if not _as_list(value):
+        problems.append(f"{source}: '{key}' needs at least one value")
+    return tuple(dict.fromkeys(labels))
+
+
+def _number(key, value, low, high, source, problems):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+        return float(value)
+    problems.append(f"{source}: {key} must be a number in [{low}, {high}]")
+    return 0.0
+
+
 def make_config(values, source="config"):
     """Build a validated Config from a mapping; all problems are reported together."""
     fields = {f.name: f for f in dataclasses.fields(Config)}
-    problems = [
-        f"{source}: unknown key '{key}'; valid keys: {', '.join(fields)}"
-        for key in values
-        if key not in fields
-    ]
+    problems = [f"{source}: unknown key '{key}'; valid keys: {', '.join(fields)}"
+                for key in values if key not in fields]
     if problems:
         raise SGEvalError(problems)
     merged = {**{n: f.default for n, f in fields.items()}, **values}
-    for key in ("gt", "pred"):
-        if not merged[key]:
-            problems.append(f"{source}: '{key}' is required")
-    k_labels = []
-    for item in _as_list(merged["k"]):
-        try:
-            k = _parse_k(item)
-            k_labels.append(f"x{k:g}" if isinstance(k, float) else str(k))
-        except ValueError:
-            problems.append(f"{source}: k value '{item}' is neither a positive integer nor x<factor>")
-    if not _as_list(merged["k"]):
-        problems.append(f"{source}: 'k' needs at least one value")
-    metric_names = [str(m) for m in _as_list(merged["metrics"])]
-    for name in metric_names:
-        if name not in METRIC_FAMILIES:
-            problems.append(f"{source}: unknown metric family '{name}'; valid: {', '.join(METRIC_FAMILIES)}")
-    if merged["protocol"] not in PROTOCOLS:
-        problems.append(f"{source}: protocol '{merged['protocol']}' is not one of {', '.join(PROTOCOLS)}")
-    if merged["absent_predicates"] not in ("skip", "zero"):
-        problems.append(f"{source}: absent_predicates must be 'skip' or 'zero'")
-    try:
-        threshold = float(merged["iou_threshold"])
-        if not 0 < threshold <= 1:
-            raise ValueError
-    except (TypeError, ValueError):
-        problems.append(f"{source}: iou_threshold must be a number in (0, 1]")
-        threshold = 0.5
+    problems += [f"{source}: '{key}' is required" for key in ("gt", "pred") if not merged[key]]
+    lists = {key: tuple(str(v) for v in _as_list(merged[key])) for key in ("metrics", "protocols")}
+    for key, allowed in (("metrics", METRIC_FAMILIES), ("protocols", PROTOCOLS)):
+        problems += [f"{source}: unknown {key[:-1]} '{name}'; valid: {', '.join(allowed)}"
+                     for name in lists[key] if name not in allowed]
+    problems += [f"{source}: {key} '{merged[key]}' is not one of {', '.join(allowed)}"
+                 for key, allowed in _CHOICES.items() if merged[key] not in allowed]
     workers = merged["workers"]
     if isinstance(workers, str) and workers.strip().isdigit():
         workers = int(workers)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         problems.append(f"{source}: workers must be a positive integer")
+    if not isinstance(merged["per_predicate"], bool):
+        problems.append(f"{source}: per_predicate must be true or false")
+    text_or_none = lambda v: None if v in (None, "") else str(v)  # noqa: E731
+    config = dict(
+        {key: text_or_none(merged[key]) for key in ("gt_seg", "train_gt", "zeroshot_triplets", "output")},
+        gt=str(merged["gt"]), pred=str(merged["pred"]), protocol=merged["protocol"],
+        protocols=tuple(dict.fromkeys(lists["protocols"])), metrics=tuple(dict.fromkeys(lists["metrics"])),
+        k=_k_labels("k", merged["k"], True, source, problems),
+        imr_k=_k_labels("imr_k", merged["imr_k"], False, source, problems),
+        iou_threshold=_number("iou_threshold", merged["iou_threshold"], 1e-9, 1.0, source, problems),
+        wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0.0, 1.0, source, problems),
+        absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
+        per_predicate=merged["per_predicate"], workers=workers)
     if problems:
         raise SGEvalError(problems)
-    text_or_none = lambda v: None if v in (None, "") else str(v)  # noqa: E731
-    return Config(
-        gt=str(merged["gt"]), gt_seg=text_or_none(merged["gt_seg"]), pred=str(merged["pred"]),
-        protocol=merged["protocol"], k=tuple(dict.fromkeys(k_labels)),
-        metrics=tuple(dict.fromkeys(metric_names)), iou_threshold=threshold,
-        absent_predicates=merged["absent_predicates"], workers=workers,
-        output=text_or_none(merged["output"]),
-    )
+    return Config(**config)
 
 
 def load_config(path=None, **overrides):
@@ -232,6 +251,7 @@ class GTImage:
     categories: np.ndarray  # (G,) int64
     boxes: np.ndarray  # (G, 4) float64
     relations: np.ndarray  # (R, 3) int64
+    zeroshot: np.ndarray | None = None  # (R,) bool: triplet type unseen in training (set by evaluate)
 
 
 @dataclasses.dataclass
@@ -240,6 +260,7 @@ class GroundTruth:
     predicate_classes: list
     images: list  # [GTImage] in psg.json order
     skipped_no_relations: int
+    training: tuple  # training_statistics() of the data entries outside test_image_ids
 
 
 @dataclasses.dataclass
@@ -249,6 +270,7 @@ class PredImage:
     image_id: str
     categories: np.ndarray  # (P,) int64
     boxes: np.ndarray | None  # (P, 4) float64
+    scores: np.ndarray | None  # (P,) float64, None unless every instance has a score
     triplets: np.ndarray
     ng_triplets: np.ndarray
     seg_filename: str | None
@@ -301,7 +323,7 @@ def read_gt(gt_path, seg_root=None):
     objects = list(data["thing_classes"]) + list(data["stuff_classes"])
     predicates = list(data["predicate_classes"])
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, listed = [], [], 0, set(), set()
+    problems, images, skipped, seen, listed, train = [], [], 0, set(), set(), []
     for index, entry in enumerate(data["data"]):
         if not isinstance(entry, dict) or "image_id" not in entry:
             problems.append(f"{gt_path}: data[{index}]: missing field 'image_id'")
@@ -310,6 +332,7 @@ def read_gt(gt_path, seg_root=None):
         where = f"{gt_path}: image {image_id}"
         listed.add(image_id)
         if image_id not in test_ids:
+            train.append(entry)
             continue
         if image_id in seen:
             problems.append(f"{where}: duplicate image_id")
@@ -360,9 +383,80 @@ def read_gt(gt_path, seg_root=None):
                               relations[np.sort(first)]))
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
+    training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
     if problems:
         raise SGEvalError(problems)
-    return GroundTruth(objects, predicates, images, skipped)
+    return GroundTruth(objects, predicates, images, skipped, training)
+
+
+def training_statistics(entries, n_objects, n_predicates, path, problems):
+    """Training split statistics: (set of (subject cat, object cat, predicate) triplet types,
+    (C,) number of distinct (subject cat, object cat) pairs per predicate)."""
+    types = set()
+    for index, entry in enumerate(entries):
+        where = f"{path}: image {entry.get('image_id', f'#{index}') if isinstance(entry, dict) else index}"
+        try:
+            categories = [int(segment["category_id"]) for segment in entry["segments_info"]]
+            relations = [(int(r[0]), int(r[1]), int(r[2])) for r in entry["relations"]]
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            problems.append(f"{where}: malformed segments_info or relations ({error})")
+            continue
+        if any(not 0 <= c < n_objects for c in categories):
+            problems.append(f"{where}: a segment category is outside the object vocabulary")
+            continue
+        for s, o, p in relations:
+            if not (0 <= s < len(categories) and 0 <= o < len(categories) and 0 <= p < n_predicates):
+                problems.append(f"{where}: relation [{s}, {o}, {p}] is out of range")
+                break
+            types.add((categories[s], categories[o], p))
+    pairs = np.zeros(n_predicates, np.int64)
+    for p, count in collections.Counter(p for _, _, p in types).items():
+        pairs[p] = count
+    return types, pairs
+
+
+def read_training(path, n_objects, n_predicates):
+    """training_statistics() of another annotation file (its entries outside its test_image_ids)."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+        test_ids = {str(i) for i in data.get("test_image_ids", [])}
+        entries = [e for e in data["data"] if str(e.get("image_id")) not in test_ids]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise SGEvalError([f"{path}: cannot read training annotations: {error}"]) from None
+    problems = []
+    training = training_statistics(entries, n_objects, n_predicates, path, problems)
+    if problems:
+        raise SGEvalError(problems)
+    return training
+
+
+def read_zeroshot(path, n_objects, n_predicates):
+    """Zero-shot triplet types from JSON ([[s_cat, o_cat, p], ...]) or CSV (3 integer columns,
+    an optional header line)."""
+    try:
+        text = Path(path).read_text()
+        if str(path).endswith(".json"):
+            rows = json.loads(text)
+        else:
+            rows = [line.replace(";", ",").split(",") for line in text.splitlines() if line.strip()]
+            if rows and not rows[0][0].strip().lstrip("-").isdigit():
+                rows = rows[1:]  # header
+    except (OSError, ValueError) as error:
+        raise SGEvalError([f"{path}: cannot read zero-shot triplets: {error}"]) from None
+    problems, types = [], set()
+    for index, row in enumerate(rows if isinstance(rows, list) else [None]):
+        try:
+            s, o, p = (int(str(v).strip()) for v in row)
+        except (TypeError, ValueError):
+            problems.append(f"{path}: row {index}: expected [subject category, object category, predicate]")
+            continue
+        if not (0 <= s < n_objects and 0 <= o < n_objects and 0 <= p < n_predicates):
+            problems.append(f"{path}: row {index}: [{s}, {o}, {p}] is outside the vocabulary")
+        types.add((s, o, p))
+    if problems:
+        raise SGEvalError(problems)
+    return types
 
 
 class PredSource:
@@ -404,26 +498,35 @@ def _unsafe_member(name):
 
 
 def _instances(record, where, mode, n_objects, problems):
-    """Categories (P,) and boxes (P, 4) from any of the three instance-list spellings."""
+    """Categories (P,), boxes (P, 4) or None and scores (P,) or None (unless every instance has
+    one) from any of the three instance-list spellings; (None, None, None) after a problem."""
     if "instances" in record or "annotation" in record:
         items = record.get("instances", record.get("annotation"))
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             problems.append(f"{where}: field 'instances' must be a list of objects")
-            return None, None
+            return None, None, None
         categories = [i.get("category") for i in items]
-        boxes = [i.get("bbox") for i in items]
+        boxes, scores = [i.get("bbox") for i in items], [i.get("score") for i in items]
     elif "categories" in record:
         categories, boxes = record["categories"], record.get("bboxes")
+        if not isinstance(categories, list):
+            problems.append(f"{where}: field 'categories' must be a list")
+            return None, None, None
         if boxes is not None and (not isinstance(boxes, list) or len(boxes) != len(categories)):
             problems.append(f"{where}: field 'bboxes' must parallel 'categories'")
-            return None, None
+            return None, None, None
         boxes = boxes if boxes is not None else [None] * len(categories)
+        scores = record.get("scores")
+        if scores is not None and (not isinstance(scores, list) or len(scores) != len(categories)):
+            problems.append(f"{where}: field 'scores' must parallel 'categories'")
+            return None, None, None
+        scores = scores if scores is not None else [None] * len(categories)
     else:
         problems.append(f"{where}: no instance list ('instances', 'annotation' or 'categories')")
-        return None, None
+        return None, None, None
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in categories):
         problems.append(f"{where}: field 'category' must be an integer for every instance")
-        return None, None
+        return None, None, None
     category_array = np.array(categories, np.int64)
     _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
     for index, box in enumerate(boxes):  # bbox: required in box mode, checked when given
@@ -440,10 +543,16 @@ def _instances(record, where, mode, n_objects, problems):
             problems.append(f"{where}: instance {index}: field 'bbox' has x2 < x1 or y2 < y1")
         else:
             continue
-        return None, None
+        return None, None, None
+    bad = [i for i, v in enumerate(scores) if v is not None and not (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))]
+    if bad:
+        problems.append(f"{where}: instance {bad[0]}: field 'score' must be a finite number")
+        return None, None, None
+    score_array = None if None in scores else np.array(scores, np.float64)
     if mode == "mask":
-        return category_array, None
-    return category_array, np.array([box[:4] for box in boxes], np.float64).reshape(-1, 4)
+        return category_array, None, score_array
+    return category_array, np.array([box[:4] for box in boxes], np.float64).reshape(-1, 4), score_array
 
 
 def read_predictions(pred_path, n_objects, n_predicates, mode):
@@ -478,7 +587,7 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
         if image_id in images:
             problems.append(f"{where}: duplicate image id")
             continue
-        categories, boxes = _instances(record, where, mode, n_objects, problems)
+        categories, boxes, scores = _instances(record, where, mode, n_objects, problems)
         if "triplets" not in record:
             problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
             continue
@@ -500,7 +609,7 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
                 problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
             elif members is not None and seg_filename not in members:
                 problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-        images[image_id] = PredImage(image_id, categories, boxes, triplets, ng_triplets,
+        images[image_id] = PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
                                      seg_filename if isinstance(seg_filename, str) else None)
     if problems:
         raise SGEvalError(problems)
@@ -617,30 +726,70 @@ def popcount64(x):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def mask_areas(bits_NW):
-    """Pixel count (N,) of bit-packed masks."""
-    areas = np.zeros(bits_NW.shape[0], np.int64)
+def mask_extents(bits_NW):
+    """Pixel count (N,) and the first / one-past-last non-zero word (N,) of packed masks."""
+    areas, first, stop = np.zeros(bits_NW.shape[0], np.int64), np.zeros(bits_NW.shape[0], np.int64), \
+        np.zeros(bits_NW.shape[0], np.int64)
     for n in range(bits_NW.shape[0]):
         for w in range(bits_NW.shape[1]):
-            areas[n] += popcount64(bits_NW[n, w])
-    return areas
+            if bits_NW[n, w]:
+                if areas[n] == 0:
+                    first[n] = w
+                areas[n] += popcount64(bits_NW[n, w])
+                stop[n] = w + 1
+    return areas, first, stop
 
 
 @numba.njit(cache=_JIT_CACHE)
 def mask_iou(gt_bits_GW, gt_cat_G, pred_bits_PW, pred_cat_P):
-    """IoU (P, G) of bit-packed masks; -1.0 where categories differ, 0.0 for an empty union."""
-    gt_area, pred_area = mask_areas(gt_bits_GW), mask_areas(pred_bits_PW)
+    """IoU (P, G) of bit-packed masks; -1.0 where categories differ, 0.0 for an empty union.
+    Only the words where both masks are non-zero are visited."""
+    gt_area, gt_first, gt_stop = mask_extents(gt_bits_GW)
+    pred_area, pred_first, pred_stop = mask_extents(pred_bits_PW)
     iou = np.full((pred_bits_PW.shape[0], gt_bits_GW.shape[0]), -1.0)
     for p in range(pred_bits_PW.shape[0]):
         for g in range(gt_bits_GW.shape[0]):
             if pred_cat_P[p] != gt_cat_G[g]:
                 continue
             inter = 0
-            for w in range(gt_bits_GW.shape[1]):
+            for w in range(max(gt_first[g], pred_first[p]), min(gt_stop[g], pred_stop[p])):
                 inter += popcount64(gt_bits_GW[g, w] & pred_bits_PW[p, w])
             union = gt_area[g] + pred_area[p] - inter
             iou[p, g] = inter / union if union > 0 else 0.0
     return iou
+
+
+@numba.njit(cache=_JIT_CACHE)
+def merge_instances(iou_PP, bits_PW, order_P, threshold, claim_pixels):
+    """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
+    (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
+    and absorbs every later instance with IoU >= threshold. Returns node_of (P,) (-1 = dropped),
+    the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed."""
+    n_pred = iou_PP.shape[0]
+    node_of, source = np.full(n_pred, -1, np.int64), np.full(n_pred, -1, np.int64)
+    absorbed = np.zeros(n_pred, np.bool_)
+    claimed = np.zeros(bits_PW.shape[1], np.uint64)
+    node_bits = np.zeros(bits_PW.shape, np.uint64)
+    n_nodes = 0
+    for rank in range(n_pred):
+        i = order_P[rank]
+        if absorbed[i]:
+            continue
+        if claim_pixels:
+            free = 0
+            for w in range(bits_PW.shape[1]):
+                node_bits[n_nodes, w] = bits_PW[i, w] & ~claimed[w]
+                claimed[w] |= bits_PW[i, w]
+                free += popcount64(node_bits[n_nodes, w])
+            if free == 0:
+                continue
+        node_of[i], source[n_nodes] = n_nodes, i
+        for later in range(rank + 1, n_pred):
+            j = order_P[later]
+            if not absorbed[j] and iou_PP[i, j] >= threshold:
+                absorbed[j], node_of[j] = True, n_nodes
+        n_nodes += 1
+    return node_of, source[:n_nodes], node_bits[:n_nodes]
 
 
 @numba.njit(cache=_JIT_CACHE)
@@ -741,22 +890,26 @@ def _mapped_keys(triplets_N3, pred_to_gt_P, n_gt, n_predicates):
     return pairs, np.where(valid, pairs * n_predicates + triplets_N3[:, 2], -1)
 
 
-def _pair_ranks(pair_keys_N):
+def _occurrence_ranks(keys_N):
     """For each entry, the number of earlier entries with the same key."""
-    order = np.argsort(pair_keys_N, kind="stable")
-    ordered = pair_keys_N[order]
+    order = np.argsort(keys_N, kind="stable")
+    ordered = keys_N[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else order
     group_start = np.repeat(starts, np.diff(np.r_[starts, len(ordered)]))
-    ranks = np.empty(len(pair_keys_N), np.int64)
+    ranks = np.empty(len(keys_N), np.int64)
     ranks[order] = np.arange(len(ordered)) - group_start
     return ranks
 
 
-def image_counts(relations_R3, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
-                 n_predicates, protocol):
-    """All per-image integer counts (see COUNT_FIELDS) for one image."""
+def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
+                 imr_labels, n_predicates, graph_constraint=True):
+    """All per-image integer counts (the fields of COUNT_SHAPES) for one image and protocol.
+
+    pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
+    instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
+    """
     C, n_pred = n_predicates, len(pred_to_gt_P)
-    ks = k_values(k_labels, len(relations_R3))
+    ks, imr_ks = k_values(k_labels, len(relations_R3)), [int(k) for k in imr_labels]
     gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
     gt_keys = gt_pairs * C + relations_R3[:, 2]
     predicate = relations_R3[:, 2]
@@ -764,8 +917,7 @@ def image_counts(relations_R3, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, 
 
     pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
     pred_keys = pred_pairs * C + triplets_N3[:, 2]
-    graph = pred_keys if protocol == "multimpo" else pred_pairs  # multimpo: no graph constraint
-    selected = triplets_N3[_first_occurrences(graph)]
+    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)]
     sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
     first_hit = first_positions(sel_keys, gt_keys)
     first_pair = first_positions(sel_pairs, unique_gt_pairs)
@@ -773,9 +925,14 @@ def image_counts(relations_R3, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, 
     ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
     ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
     first_ng = first_positions(_mapped_keys(ng_selected, pred_to_gt_P, n_gt, C)[1], gt_keys)
+    # IMR: a GT triplet found in NG order is within "the first k of its predicate" by this rank.
+    rank_in_predicate = np.full(len(relations_R3), np.iinfo(np.int64).max)
+    found = first_ng >= 0
+    rank_in_predicate[found] = _occurrence_ranks(ng_selected[:, 2])[first_ng[found]]
+    listed = np.bincount(ng_selected[:, 2], minlength=C)
 
-    def hits_KC(first):
-        return np.stack([np.bincount(predicate[(first >= 0) & (first < k)], minlength=C) for k in ks])
+    def hit_masks(first, cutoffs):
+        return [(first >= 0) & (first < k) for k in cutoffs]
 
     matched = np.zeros(n_gt, bool)
     matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
@@ -784,50 +941,108 @@ def image_counts(relations_R3, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, 
     all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
     kept = np.flatnonzero(all_keys >= 0)
     kept = kept[_first_occurrences(all_keys[kept])]
-    ranks = _pair_ranks(all_pairs[kept])
+    ranks = _occurrence_ranks(all_pairs[kept])
     position = first_positions(all_keys[kept], gt_keys)
     appears = position >= 0
+    gc, ng = hit_masks(first_hit, ks), hit_masks(first_ng, ks)
+    per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
     return {
         "gt_rel": np.bincount(predicate, minlength=C),
-        "gc_hits": hits_KC(first_hit),
-        "ng_hits": hits_KC(first_ng),
-        "gt_pairs": np.int64(len(unique_gt_pairs)),
-        "pair_hits": np.array([np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks]),
+        "gc_hits": per_predicate(gc),
+        "ng_hits": per_predicate(ng),
+        "gt_pairs": len(unique_gt_pairs),
+        "pair_hits": [np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks],
         "inf_hits": np.bincount(predicate[both_ends], minlength=C),
-        "gt_inst": np.int64(n_gt),
-        "inst_hits": np.int64(matched.sum()),
+        "gt_inst": n_gt,
+        "inst_hits": np.count_nonzero(matched),
         "rank_sum": np.bincount(predicate[appears], ranks[position[appears]], minlength=C).astype(np.int64),
         "rank_n": np.bincount(predicate[appears], minlength=C),
-        "audit": np.array([len(triplets_N3) - len(np.unique(pred_keys)),
-                           len(triplets_N3) - len(np.unique(pred_pairs)),
-                           np.count_nonzero(triplets_N3[:, 0] == triplets_N3[:, 1])]),
+        "z_gt": np.count_nonzero(zeroshot_R),
+        "z_gc_hits": [np.count_nonzero(m & zeroshot_R) for m in gc],
+        "z_ng_hits": [np.count_nonzero(m & zeroshot_R) for m in ng],
+        "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
+        "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
     }
 
 
-AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs")
+def count_shapes(n_k, n_imr, n_predicates):
+    """Shape of every per-image count field (the image axis excluded)."""
+    C = n_predicates
+    return {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
+            "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
+            "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
+            "imr_short": (n_imr,)}
+
+
+AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
+                "absorbed_instances", "dropped_instances", "duplicate_relations_after_merge")
 _NO_TRIPLETS = np.zeros((0, 3), np.int64)
 
 
+def merge_order(pred):
+    """SingleMPO walk order: by score (descending, stable) when every instance has one, else by
+    first appearance in ng_triplets then triplets (subject before object), unreferenced last."""
+    if pred.scores is not None:
+        return np.argsort(-pred.scores, kind="stable")
+    referenced = np.concatenate([pred.ng_triplets[:, :2].ravel(), pred.triplets[:, :2].ravel()])
+    seen = referenced[_first_occurrences(referenced)]
+    rest = np.setdiff1d(np.arange(len(pred.categories)), seen)
+    return np.concatenate([seen, rest]).astype(np.int64)
+
+
+def remap_to_nodes(triplets_N3, node_of_P):
+    """Triplets over SingleMPO nodes: dropped ends and self-pairs removed."""
+    subject, obj = node_of_P[triplets_N3[:, 0]], node_of_P[triplets_N3[:, 1]]
+    keep = (subject >= 0) & (obj >= 0) & (subject != obj)
+    return np.stack([subject, obj, triplets_N3[:, 2]], axis=1)[keep]
+
+
+def _audit(pred, iou_PP, node_of, n_nodes, merged_triplets):
+    """Protocol audit counts of one prediction (AUDIT_FIELDS order)."""
+    T = pred.triplets
+    same_category = pred.categories[:, None] == pred.categories[None, :]
+    earlier_twin = np.tril((iou_PP >= MERGE_IOU) & same_category, k=-1).any(axis=1)
+    return [len(T) - len(np.unique(T, axis=0)), len(T) - len(np.unique(T[:, :2], axis=0)),
+            np.count_nonzero(T[:, 0] == T[:, 1]), np.count_nonzero(earlier_twin),
+            np.count_nonzero(node_of >= 0) - n_nodes, np.count_nonzero(node_of < 0),
+            len(merged_triplets) - len(np.unique(merged_triplets[:, :2], axis=0))]
+
+
 def _evaluate_image(task):
-    """Worker: (GTImage, PredImage | None, PredSource | None, static) -> (counts, problems)."""
-    gt, pred, source, (mode, protocol, threshold, k_labels, n_predicates) = task
-    pred_to_gt, triplets, ng_triplets = np.zeros(0, np.int64), _NO_TRIPLETS, _NO_TRIPLETS
-    if pred is not None:
-        triplets, ng_triplets = pred.triplets, pred.ng_triplets
-        pred_to_gt = np.full(len(pred.categories), -1, np.int64)
-        if len(pred.categories):
-            try:
-                if mode == "mask":
-                    iou = mask_iou(load_gt_masks(gt), gt.categories,
-                                   load_pred_masks(source, pred, gt.height, gt.width), pred.categories)
-                else:
-                    iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
-            except SGEvalError as error:
-                return None, error.problems
-            pred_to_gt = MATCHERS[protocol](iou, threshold)
-    counts = image_counts(gt.relations, len(gt.categories), pred_to_gt, triplets, ng_triplets,
-                          k_labels, n_predicates, protocol)
-    return counts, []
+    """Worker: one image under every protocol -> ({protocol: counts}, audit, problems)."""
+    gt, pred, source, (mode, protocols, threshold, k_labels, imr_labels, n_predicates) = task
+    count = lambda mapping, T, T_ng, graph: image_counts(  # noqa: E731
+        gt.relations, gt.zeroshot, len(gt.categories), mapping, T, T_ng, k_labels, imr_labels,
+        n_predicates, graph)
+    if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
+        none = np.zeros(0, np.int64)
+        return {p: count(none, _NO_TRIPLETS, _NO_TRIPLETS, True) for p in protocols}, [0] * len(AUDIT_FIELDS), []
+    n_pred, no_category = len(pred.categories), np.zeros(len(pred.categories), np.int64)
+    try:
+        if mode == "mask":
+            gt_bits, bits = load_gt_masks(gt), load_pred_masks(source, pred, gt.height, gt.width)
+            iou = mask_iou(gt_bits, gt.categories, bits, pred.categories)
+            iou_pp = mask_iou(bits, no_category, bits, no_category)
+        else:
+            iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
+            iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((n_pred, 0), np.uint64)
+    except SGEvalError as error:
+        return None, None, error.problems
+    node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, merge_order(pred), MERGE_IOU,
+                                                         mode == "mask")
+    merged_T = remap_to_nodes(pred.triplets, node_of)
+    counts = {}
+    for protocol in protocols:
+        if protocol == "singlempo":
+            node_categories = pred.categories[source_of_node]
+            node_iou = (mask_iou(gt_bits, gt.categories, node_bits, node_categories) if mode == "mask"
+                        else iou[source_of_node])
+            counts[protocol] = count(match_unique(node_iou, threshold), merged_T,
+                                     remap_to_nodes(pred.ng_triplets, node_of), True)
+        else:
+            counts[protocol] = count(MATCHERS[protocol](iou, threshold), pred.triplets, pred.ng_triplets,
+                                     protocol != "multimpo")
+    return counts, _audit(pred, iou_pp, node_of, len(source_of_node), merged_T), []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -835,72 +1050,81 @@ def _evaluate_image(task):
 # ---------------------------------------------------------------------------------------------
 
 
-def _mean_per_predicate(values_IC, defined_IC):
-    """Per predicate, the mean over images where defined; NaN where never defined."""
-    n_images = defined_IC.sum(axis=0)
-    total = np.where(defined_IC, values_IC, 0.0).sum(axis=0)
-    return np.where(n_images > 0, total / np.maximum(n_images, 1), np.nan)
+def _r_type(hits_I, total_I, pooled):
+    """Mean over images with total > 0 of hits / total, or (pooled) sum hits / sum total."""
+    defined = total_I > 0
+    if not defined.any():
+        return np.nan
+    if pooled:
+        return hits_I[defined].sum() / total_I[defined].sum()
+    return float((hits_I[defined] / total_I[defined]).mean())
 
 
-def _ratio(hits, total):
-    return hits / np.maximum(total, 1)
+def _per_predicate(hits_IC, total_IC, pooled):
+    """Per predicate: mean over images with total > 0 of hits / total (pooled: sum / sum); NaN
+    where no image has the predicate."""
+    defined = total_IC > 0
+    if pooled:
+        total = total_IC.sum(axis=0)
+        return np.where(total > 0, hits_IC.sum(axis=0) / np.maximum(total, 1), np.nan)
+    n_images = defined.sum(axis=0)
+    ratios = np.where(defined, hits_IC / np.maximum(total_IC, 1), 0.0).sum(axis=0)
+    return np.where(n_images > 0, ratios / np.maximum(n_images, 1), np.nan)
 
 
-def aggregate(counts, k_labels, metrics=METRIC_FAMILIES, absent_predicates="skip"):
+def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_predicates="skip",
+              aggregation="per_image", predicate_pairs=None, tau=0.5):
     """Metric values (float, NaN when undefined) and per-predicate arrays from stacked counts.
 
-    counts: {field: array with a leading image axis I}, as image_counts returns per image.
+    counts: {field: array with a leading image axis I} (see count_shapes). predicate_pairs: (C,)
+    training (subject, object) category pairs per predicate, the wIMR weights' n_p.
     Returns (metrics {key: float}, per_predicate {key: (C,) float array}).
     """
-    gt_rel = counts["gt_rel"]  # (I, C)
-    present = gt_rel > 0
-    present_any = present.any(axis=0)
-
-    def m_type(hits_IC):
-        per_predicate = _mean_per_predicate(_ratio(hits_IC, gt_rel), present)
-        values = per_predicate[present_any]
-        if not values.size:
-            return np.nan, per_predicate
-        if absent_predicates == "zero":
-            return values.sum() / len(per_predicate), per_predicate
-        return values.mean(), per_predicate
-
-    def mean(values_I):
-        return float(values_I.mean()) if values_I.size else np.nan
-
-    out, per_predicate = {}, {}
+    pooled = aggregation == "pooled"
+    gt_rel = counts["gt_rel"]
+    present = (gt_rel > 0).any(axis=0)
     n_relations = gt_rel.sum(axis=1)
+    out, per_predicate = {}, {}
+
+    def m_type(key, hits_IC):
+        per_predicate[key] = values = _per_predicate(hits_IC, gt_rel, pooled)
+        if not present.any():
+            out[key] = np.nan
+        else:
+            out[key] = values[present].sum() / (len(values) if absent_predicates == "zero" else present.sum())
+
     for family, field in (("R", "gc_hits"), ("mR", "gc_hits"), ("ngR", "ng_hits"), ("mNgR", "ng_hits")):
-        if family in metrics:
-            for index, label in enumerate(k_labels):
-                hits = counts[field][:, index, :]
-                key = f"{family}@{label}"
-                if family.startswith("m"):
-                    out[key], per_predicate[key] = m_type(hits)
-                else:
-                    out[key] = mean(_ratio(hits.sum(axis=1), n_relations))
-    if "PR" in metrics:
-        for index, label in enumerate(k_labels):
-            out[f"PR@{label}"] = mean(_ratio(counts["pair_hits"][:, index], counts["gt_pairs"]))
+        for index, label in enumerate(k_labels if family in metrics else ()):
+            if family.startswith("m"):
+                m_type(f"{family}@{label}", counts[field][:, index])
+            else:
+                out[f"{family}@{label}"] = _r_type(counts[field][:, index].sum(axis=1), n_relations, pooled)
+    for index, label in enumerate(k_labels if "PR" in metrics else ()):
+        out[f"PR@{label}"] = _r_type(counts["pair_hits"][:, index], counts["gt_pairs"], pooled)
     if "InstR" in metrics:
-        out["InstR"] = mean(_ratio(counts["inst_hits"], counts["gt_inst"]))
+        out["InstR"] = _r_type(counts["inst_hits"], counts["gt_inst"], pooled)
     if "Rinf" in metrics:
-        out["R@inf"] = mean(_ratio(counts["inf_hits"].sum(axis=1), n_relations))
-        out["mR@inf"], per_predicate["mR@inf"] = m_type(counts["inf_hits"])
+        out["R@inf"] = _r_type(counts["inf_hits"].sum(axis=1), n_relations, pooled)
+        m_type("mR@inf", counts["inf_hits"])
     if "PRank" in metrics:
-        rank_n = counts["rank_n"]
-        per_predicate["PRank"] = _mean_per_predicate(_ratio(counts["rank_sum"], rank_n), rank_n > 0)
-        defined = per_predicate["PRank"][~np.isnan(per_predicate["PRank"])]
-        out["PRank"] = float(defined.mean()) if defined.size else np.nan
+        per_predicate["PRank"] = ranks = _per_predicate(counts["rank_sum"], counts["rank_n"], pooled)
+        out["PRank"] = float(np.nanmean(ranks)) if not np.isnan(ranks).all() else np.nan
+    for family, field in (("zR", "z_gc_hits"), ("ngzR", "z_ng_hits")):
+        for index, label in enumerate(k_labels if family in metrics else ()):
+            out[f"{family}@{label}"] = _r_type(counts[field][:, index], counts["z_gt"], pooled)
+    for index, label in enumerate(imr_labels if {"IMR", "wIMR"} & set(metrics) else ()):
+        m_type(f"IMR@{label}", counts["imr_hits"][:, index])
+        if "wIMR" in metrics:
+            weights = np.where(present, np.asarray(predicate_pairs, np.float64) ** tau, 0.0)
+            imr = np.nan_to_num(per_predicate[f"IMR@{label}"])
+            out[f"wIMR@{label}"] = float((weights / weights.sum() * imr).sum()) if weights.sum() > 0 else np.nan
+        if "IMR" not in metrics:
+            del out[f"IMR@{label}"], per_predicate[f"IMR@{label}"]
     return {key: float(value) for key, value in out.items()}, per_predicate
 
 
-def stack_counts(per_image, n_k, n_predicates):
-    """Stack per-image count dicts into arrays with a leading image axis (I may be 0)."""
-    shapes = {"gt_rel": (n_predicates,), "gc_hits": (n_k, n_predicates), "ng_hits": (n_k, n_predicates),
-              "gt_pairs": (), "pair_hits": (n_k,), "inf_hits": (n_predicates,), "gt_inst": (),
-              "inst_hits": (), "rank_sum": (n_predicates,), "rank_n": (n_predicates,),
-              "audit": (len(AUDIT_FIELDS),)}
+def stack_counts(per_image, shapes):
+    """Stack per-image count dicts into int64 arrays with a leading image axis (I may be 0)."""
     return {field: np.array([c[field] for c in per_image], np.int64).reshape((len(per_image),) + shape)
             for field, shape in shapes.items()}
 
@@ -943,50 +1167,72 @@ def evaluate(config, progress=None):
     if not isinstance(config, Config):
         config = make_config(dict(config))
     mode = "mask" if config.gt_seg else "box"
+    protocols = tuple(dict.fromkeys((config.protocol, *config.protocols)))
     gt = read_gt(config.gt, config.gt_seg)
-    n_predicates = len(gt.predicate_classes)
-    source, predictions = read_predictions(config.pred, len(gt.object_classes), n_predicates, mode)
-    static = (mode, config.protocol, config.iou_threshold, config.k, n_predicates)
+    names, n_objects = gt.predicate_classes, len(gt.object_classes)
+    training = read_training(config.train_gt, n_objects, len(names)) if config.train_gt else gt.training
+    given = read_zeroshot(config.zeroshot_triplets, n_objects, len(names)) if config.zeroshot_triplets else None
+    for image in gt.images:
+        types = zip(image.categories[image.relations[:, 0]].tolist(),
+                    image.categories[image.relations[:, 1]].tolist(), image.relations[:, 2].tolist())
+        image.zeroshot = np.array([t in given if given is not None else t not in training[0] for t in types])
+    source, predictions = read_predictions(config.pred, n_objects, len(names), mode)
+    static = (mode, protocols, config.iou_threshold, config.k, config.imr_k, len(names))
     tasks = [(image, predictions.get(image.image_id), source, static) for image in gt.images]
-    evaluated_ids = {image.image_id for image in gt.images}
-    per_image, problems = [], []
+    per_image, audits, problems = {p: [] for p in protocols}, [], []
     try:
-        for counts, image_problems in _run(tasks, config.workers, progress):
+        for counts, audit, image_problems in _run(tasks, config.workers, progress):
             problems.extend(image_problems)
             if counts is not None:
-                per_image.append(counts)
+                audits.append(audit)
+                for protocol in protocols:
+                    per_image[protocol].append(counts[protocol])
     finally:
         source.close()
     if problems:
         raise SGEvalError(problems)
-    counts = stack_counts(per_image, len(config.k), n_predicates)
-    metrics, per_predicate = aggregate(counts, config.k, config.metrics, config.absent_predicates)
-    present = counts["gt_rel"].sum(axis=0) > 0
-    names = gt.predicate_classes
-    n_images = max(len(per_image), 1)
-    audit_totals = counts["audit"].sum(axis=0)
+    shapes = count_shapes(len(config.k), len(config.imr_k), len(names))
+    stacked = {protocol: stack_counts(per_image[protocol], shapes) for protocol in protocols}
+    present = stacked[config.protocol]["gt_rel"].sum(axis=0) > 0
+    by_protocol = {}
+    for protocol in protocols:
+        metrics, per_predicate = aggregate(stacked[protocol], config.k, config.imr_k, config.metrics,
+                                           config.absent_predicates, config.aggregation, training[1],
+                                           config.wimr_tau)
+        by_protocol[protocol] = {
+            "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
+            "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
+                              for key, values in per_predicate.items()}}
+    audit_II = np.array(audits, np.int64).reshape(-1, len(AUDIT_FIELDS))
+    short = stacked[config.protocol]["imr_short"].sum(axis=0)
     results = {
         "sgeval_version": __version__,
-        "config": dataclasses.asdict(config),
+        "config": {**dataclasses.asdict(config), **{key: list(getattr(config, key)) for key in
+                                                     ("protocols", "k", "imr_k", "metrics")}},
         "images": {
             "evaluated": len(gt.images),
             "missing_predictions": sum(task[1] is None for task in tasks),
             "skipped_no_relations": gt.skipped_no_relations,
-            "extra_predictions": len(set(predictions) - evaluated_ids),
+            "extra_predictions": len(set(predictions) - {image.image_id for image in gt.images}),
         },
-        "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
-        "per_predicate": {
-            key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
-            for key, values in per_predicate.items()
-        },
+        **by_protocol[config.protocol],
+        "gt_relations_per_predicate": {names[c]: int(n) for c, n in
+                                       enumerate(stacked[config.protocol]["gt_rel"].sum(axis=0)) if n},
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
         "protocol_audit": {
-            **{field: int(total) for field, total in zip(AUDIT_FIELDS, audit_totals)},
-            "per_image_mean": {field: float(total) / n_images for field, total in zip(AUDIT_FIELDS, audit_totals)},
+            **{field: int(total) for field, total in zip(AUDIT_FIELDS, audit_II.sum(axis=0))},
+            "per_image_mean": {field: float(value) for field, value in
+                               zip(AUDIT_FIELDS, audit_II.mean(axis=0) if len(audit_II) else [0.0] * len(AUDIT_FIELDS))},
+            "per_image": {image.image_id: dict(zip(AUDIT_FIELDS, map(int, row)))
+                          for image, row in zip(gt.images, audit_II)},
         },
+        "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
+        "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
+                     f"for a predicate of their GT; IMR@{label} may be underestimated"
+                     for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)],
     }
-    results["config"]["k"] = list(config.k)
-    results["config"]["metrics"] = list(config.metrics)
+    if len(protocols) > 1:
+        results["by_protocol"] = by_protocol
     if config.output:
         Path(config.output).parent.mkdir(parents=True, exist_ok=True)
         Path(config.output).write_text(json.dumps(results, indent=1) + "\n")
@@ -994,31 +1240,54 @@ def evaluate(config, progress=None):
     return results
 
 
+def _fmt(value, key=""):
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if key == "PRank" else f"{100 * value:.1f}"
+
+
+def _grid(row_labels, column_labels, cell, first_width=8, width=8):
+    lines = [" " * first_width + "".join(f"{label:>{width}}" for label in column_labels)]
+    return lines + [f"{row:<{first_width}}" + "".join(f"{cell(row, column):>{width}}" for column in column_labels)
+                    for row in row_labels]
+
+
 def format_table(results):
     """The terminal report: metrics in percent with one decimal (PRank as a mean rank)."""
     config, metrics = results["config"], results["metrics"]
-    fmt = lambda v, scale=100.0: "-" if v is None else f"{scale * v:.{1 if scale == 100 else 2}f}"  # noqa: E731
-    ks = config["k"]
     lines = [f"sgeval {results['sgeval_version']} | protocol {config['protocol']} | "
-             f"{'mask' if config['gt_seg'] else 'box'} mode | images: "
+             f"{'mask' if config['gt_seg'] else 'box'} mode | {config['aggregation'].replace('_', '-')} "
+             f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
-    rows = [family for family in ("R", "mR", "ngR", "mNgR", "PR") if f"{family}@{ks[0]}" in metrics]
-    if rows:
-        lines.append(f"{'':<6}" + "".join(f"{'@' + k:>8}" for k in ks))
-        lines += [f"{family:<6}" + "".join(f"{fmt(metrics[f'{family}@{k}']):>8}" for k in ks)
-                  for family in rows]
-    extras = [(key, fmt(metrics[key], 1.0 if key == "PRank" else 100.0))
-              for key in ("InstR", "R@inf", "mR@inf", "PRank") if key in metrics]
-    if extras:
-        lines.append("  ".join(f"{key} {value}" for key, value in extras) + "   (PRank: mean rank, lower is better)"
-                     * ("PRank" in metrics))
+    if "by_protocol" in results:
+        by_protocol = results["by_protocol"]
+        lines += _grid(list(metrics), list(by_protocol),
+                       lambda key, protocol: _fmt(by_protocol[protocol]["metrics"][key], key), 10, 11)
+    else:
+        for families, ks in ((("R", "mR", "ngR", "mNgR", "PR", "zR", "ngzR"), config["k"]),
+                             (("IMR", "wIMR"), config["imr_k"])):
+            rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
+            if rows:
+                lines += _grid(rows, [f"@{k}" for k in ks], lambda f, k: _fmt(metrics[f"{f}{k}"]))
+        extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank")
+                  if key in metrics]
+        if extras:
+            lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
+    if config["per_predicate"] and results["per_predicate"]:
+        per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]
+        width = max(map(len, counts), default=8) + 2
+        lines += ["per predicate:"] + _grid(
+            list(counts), ["GT", *per_predicate],
+            lambda name, key: str(counts[name]) if key == "GT" else _fmt(per_predicate[key][name], key),
+            width, max(8, *(len(key) + 2 for key in per_predicate)))
     if results["absent_predicates"]:
         rule = "counted as 0" if config["absent_predicates"] == "zero" else "not in m-type means"
         lines.append(f"absent predicates ({len(results['absent_predicates'])}, {rule}): "
                      + ", ".join(results["absent_predicates"]))
-    audit = results["protocol_audit"]
+    audit = results["protocol_audit"]["per_image_mean"]
     lines.append("protocol audit (per image): " + ", ".join(
-        f"{field.replace('_', ' ')} {audit['per_image_mean'][field]:.2f}" for field in AUDIT_FIELDS))
+        f"{field.replace('_', ' ')} {value:.2f}" for field, value in audit.items()))
+    lines += [f"warning: {text}" for text in results["warnings"]]
     return "\n".join(lines)
 
 
@@ -1032,15 +1301,23 @@ def format_table(results):
 @click.option("--gt", help="OpenPSG psg.json.")
 @click.option("--gt-seg", help="Panoptic PNG root (mask mode); omit for box mode.")
 @click.option("--pred", help="Predictions: .json, .zip or directory.")
-@click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol.")
+@click.option("--train-gt", help="Training annotations for zero-shot and wIMR (default: --gt's other images).")
+@click.option("--zeroshot-triplets", help="JSON/CSV rows [subject cat, object cat, predicate]: the zero-shot set.")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol (default unique).")
+@click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
+@click.option("--compare-protocols", is_flag=True, help="Evaluate unique, singlempo and multimpo side by side.")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
+@click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")
 @click.option("--iou-threshold", type=float, help="Minimum IoU for a match (default 0.5).")
+@click.option("--wimr-tau", type=float, help="wIMR weight exponent tau (default 0.5).")
 @click.option("--absent-predicates", type=click.Choice(["skip", "zero"]), help="Absent predicates in m-type means.")
+@click.option("--aggregation", type=click.Choice(["per_image", "pooled"]), help="Mean of per-image values or pooled counts.")
+@click.option("--per-predicate/--no-per-predicate", default=None, help="Print the per-predicate table.")
 @click.option("--workers", type=int, help="Worker processes (default 1).")
 @click.option("--output", help="Write the JSON results here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, quiet, **options):
+def main(config_path, quiet, compare_protocols, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
     bar = None
 
@@ -1050,6 +1327,8 @@ def main(config_path, quiet, **options):
             bar = click.progressbar(length=total, label="evaluating", file=sys.stderr)
         bar.update(1)
 
+    if compare_protocols and options["protocols"] is None:
+        options["protocols"] = ",".join(PROTOCOLS)
     try:
         config = load_config(config_path, **options)
         results = evaluate(config, progress=None if quiet else progress)

@@ -33,9 +33,11 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
     assert fast[0, 1] == 1.0 and fast[1, 1] == 0.0  # copy of gt 1; empty prediction
 
 
-def test_popcount_and_areas():
-    words = np.array([[0, 1, 2**63, 2**64 - 1, 0x0F0F]], np.uint64)
-    assert sgeval.mask_areas(words)[0] == 0 + 1 + 1 + 64 + 8
+def test_popcount_and_extents():
+    words = np.array([[0, 1, 2**63, 2**64 - 1, 0x0F0F, 0], [0, 0, 0, 0, 0, 0]], np.uint64)
+    areas, first, stop = sgeval.mask_extents(words)
+    assert areas.tolist() == [0 + 1 + 1 + 64 + 8, 0] and first[0] == 1 and stop[0] == 5
+    assert [a.tolist() for a in sgeval.mask_extents.py_func(words)] == [areas.tolist(), first.tolist(), stop.tolist()]
     for value in (0, 1, 3, 2**40 + 7, 2**64 - 1):
         assert sgeval.popcount64(np.uint64(value)) == bin(value).count("1")
         with np.errstate(over="ignore"):  # numpy scalars warn where the kernel wraps silently

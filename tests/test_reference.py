@@ -18,7 +18,8 @@ def random_case(tmp_path, seed, with_masks):
                                              p_empty=0.1)
     gt = synth.write_gt(dataset, tmp_path / "gt")
     pred = sgeval.write_predictions(tmp_path / ("pred.zip" if with_masks else "pred.json"), predictions)
-    values = {"gt": str(gt), "pred": str(pred), "k": list(KS)}
+    values = {"gt": str(gt), "pred": str(pred), "k": list(KS),
+              "metrics": ["R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank"]}
     if with_masks:
         values["gt_seg"] = str(tmp_path / "gt" / "panoptic")
     return dataset, predictions, values
