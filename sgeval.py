@@ -1259,20 +1259,18 @@ def format_table(results):
              f"{'mask' if config['gt_seg'] else 'box'} mode | {config['aggregation'].replace('_', '-')} "
              f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
+    for families, ks in ((("R", "mR", "ngR", "mNgR", "PR", "zR", "ngzR"), config["k"]),
+                         (("IMR", "wIMR"), config["imr_k"])):
+        rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
+        if rows:
+            lines += _grid(rows, [f"@{k}" for k in ks], lambda f, k: _fmt(metrics[f"{f}{k}"]))
+    extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank") if key in metrics]
+    if extras:
+        lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
     if "by_protocol" in results:
         by_protocol = results["by_protocol"]
-        lines += _grid(list(metrics), list(by_protocol),
-                       lambda key, protocol: _fmt(by_protocol[protocol]["metrics"][key], key), 10, 11)
-    else:
-        for families, ks in ((("R", "mR", "ngR", "mNgR", "PR", "zR", "ngzR"), config["k"]),
-                             (("IMR", "wIMR"), config["imr_k"])):
-            rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
-            if rows:
-                lines += _grid(rows, [f"@{k}" for k in ks], lambda f, k: _fmt(metrics[f"{f}{k}"]))
-        extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank")
-                  if key in metrics]
-        if extras:
-            lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
+        lines += ["protocol comparison (same predictions, same GT):"] + _grid(
+            list(metrics), list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"][key], key), 10, 11)
     if config["per_predicate"] and results["per_predicate"]:
         per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]
         width = max(map(len, counts), default=8) + 2
