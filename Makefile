@@ -1,7 +1,8 @@
 # sgeval — common tasks. Needs only Python 3.11 (or python3) with venv/pip; everything else is
 # installed into .venv from the pinned requirements files.
 #
-#   make setup              create .venv and install requirements-dev.txt (redone only when they change)
+#   make setup              create .venv and install requirements-dev.txt plus the test-only sgbench
+#                           (redone only when the requirements files change)
 #   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
 #   make test               run the test suite
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml
@@ -24,6 +25,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "make setup: neither python3.11 nor python3 found" >&2; exit 1; fi
 	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON_BOOT)"; $(PYTHON_BOOT) -m venv $(VENV); fi
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+# Test-only: tests/test_sgbench.py checks sgeval against SGBench 1.0 (sgeval.py never imports it).
+# --no-deps: sgbench 1.0.0 declares numpy<2, but its code runs on the pinned numpy 2.x above.
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps sgbench==1.0.0
 	@touch $@
 
 # (Re)generate the demo data when a file is missing or the generator changed.
