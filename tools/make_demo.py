@@ -55,7 +55,7 @@ PREDICATE_CLASSES = [
     "swinging", "entering", "exiting", "enclosing", "leaning on",
 ]
 
-N_IMAGES, HEIGHT, WIDTH = 40, 120, 160
+N_IMAGES, HEIGHT, WIDTH = 80, 120, 160
 N_USED_PREDICATES = 30  # the last 26 predicates never occur in the demo GT
 
 
@@ -76,8 +76,9 @@ def make_demo(out, seed=0):
     names = (THING_CLASSES, STUFF_CLASSES, PREDICATE_CLASSES)
     dataset = synth.make_dataset(
         rng, N_IMAGES, HEIGHT, WIDTH, len(THING_CLASSES), len(STUFF_CLASSES), len(PREDICATE_CLASSES),
-        test_fraction=0.7, max_segments=10, max_relations=12, class_names=names,
-        predicate_weights=predicate_weights(len(PREDICATE_CLASSES), N_USED_PREDICATES))
+        test_fraction=0.4, max_segments=10, max_relations=12, class_names=names,
+        predicate_weights=predicate_weights(len(PREDICATE_CLASSES), N_USED_PREDICATES),
+        thing_weights=1.0 / np.arange(1, len(THING_CLASSES) + 1) ** 1.5)  # "person" is most common
     gt_path = synth.write_gt(dataset, out)
     pred_path = out / "pred.zip"
     sgeval.write_predictions(pred_path, synth.simulate_predictions(rng, dataset, n_spurious=80))

@@ -90,7 +90,7 @@ def _random_shape(rng, height, width, min_frac, max_frac, ellipse_ok=True):
 # ----------------------------------------------------------------------------- ground truth
 
 
-def _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins):
+def _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins, thing_p=None):
     """Paint stuff regions, then things, then maybe two same-category twin rectangles of equal area
     side by side, over a label map (later paint wins). Returns (categories, masks (G, H, W))."""
     while True:
@@ -98,7 +98,7 @@ def _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins)
         categories = []
         n_segments = int(rng.integers(2, max(2, max_segments) + 1))
         n_stuff_segments = int(rng.integers(0, 3)) if n_stuff else 0  # large regions under things
-        thing_pool = rng.choice(n_things, size=min(3, n_things), replace=False)  # forces collisions
+        thing_pool = rng.choice(n_things, size=min(3, n_things), replace=False, p=thing_p)  # forces collisions
         for i in range(n_segments):
             if i < n_stuff_segments:
                 category = n_things + int(rng.integers(n_stuff))
@@ -140,11 +140,12 @@ def _make_relations(rng, n_segments, predicate_p, max_relations):
 
 def make_dataset(rng, n_images, height, width, n_things, n_stuff, n_predicates, test_fraction=0.7,
                  max_segments=8, max_relations=10, class_names=None, predicate_weights=None,
-                 p_no_relations=0.1, p_twins=0.3):
+                 p_no_relations=0.1, p_twins=0.3, thing_weights=None):
     """Build an in-memory dataset (format in the module docstring).
 
     class_names: None (generic names) or (thing_names, stuff_names, predicate_names).
     predicate_weights: None (uniform) or n_predicates non-negative weights; zero weight = never used.
+    thing_weights: None (uniform) or n_things weights for drawing an image's thing categories.
     Image ids are "1000", "1001", ...; round(test_fraction * n_images) images are "test" (at least
     one of each split when n_images >= 2). Some images have no relations; when a split has >= 2
     images, at least one of them has none. With probability p_twins an image gets two same-category
@@ -173,7 +174,8 @@ def make_dataset(rng, n_images, height, width, n_things, n_stuff, n_predicates, 
 
     images = []
     for i in range(n_images):
-        categories, masks = _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins)
+        thing_p = None if thing_weights is None else np.asarray(thing_weights, float) / np.sum(thing_weights)
+        categories, masks = _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins, thing_p)
         relations = [] if no_relations[i] else _make_relations(rng, len(categories), predicate_p, max_relations)
         images.append({"image_id": str(1000 + i), "height": height, "width": width,
                        "split": "test" if is_test[i] else "train", "categories": categories,
