@@ -52,6 +52,36 @@ Readings of the SPEC made here (the fast evaluator must agree):
   none). absent_predicates="zero" divides mR / mNgR / mR@inf by the size of the whole predicate
   vocabulary instead (absent predicates count 0); PRank is unaffected. No evaluated images ->
   every metric is None.
+- Per image, every metric is kept as integer counts (hits, denominator); aggregation="per_image"
+  averages the ratios (the rules above), aggregation="pooled" divides summed hits by summed
+  denominators instead (R-type: over images; m-type: per predicate, then the usual mean over
+  predicates; PRank: summed ranks over summed ranked triplets per predicate).
+- `singlempo`: merge (SPEC section 5), then `unique` matching between the merged nodes and GT.
+  Order: score descending (stable) when every instance has a non-None "score"; otherwise first
+  appearance of s, then o, walking T_ng and then T; unreferenced instances last in index order.
+  Walk the order: an absorbed instance is skipped; an instance whose pixels are all claimed
+  already is dropped; any other becomes a node (category = its own, mask = its unclaimed pixels),
+  claims its pixels and absorbs every later unabsorbed instance with IoU >= 0.5 on the full
+  original masks (categories ignored). Box mode: box IoU, no claiming, nothing dropped, node box =
+  the instance's box. The merge threshold is always 0.5. T and T_ng are remapped to nodes;
+  triplets with a dropped end and node self-pairs are removed; selection then runs as usual (GC).
+- Zero-shot: training types = (cat[s], cat[o], p) of all relations of split "train" images.
+  Z* = the GT types of evaluated images not among them, or exactly the `zeroshot` set when given.
+  Z = GT triplets of the image with type in Z*. zR@k / ngzR@k use the selections of R@k / ngR@k
+  (k resolved with |G|). Images with empty Z are left out; None when no image has Z.
+- IMR@k (absolute k only): per predicate p of G, the NG-deduplicated T_ng (after the singlempo
+  remap) filtered to predicate p, first k, matched; hits over |G^(p)|. Aggregated like mR
+  (absent_predicates applies). imr_short_images[k]: evaluated images (missing ones included)
+  where some predicate of G has fewer than k such triplets.
+- wIMR@k: n_p = distinct (cat[s], cat[o]) pairs of predicate p in the train relations;
+  pw_p = float(n_p) ** tau over predicates p with an IMR value (ascending index); w_p = pw_p / sum;
+  wIMR = sum(w_p * float(IMR(p))); None when the sum is 0 or no predicate has a value. Not
+  affected by absent_predicates. tau must be finite and >= 0.
+- Audit (totals over evaluated images; a missing record adds 0; the same for every protocol):
+  repeated_triplets / repeated_pairs / self_pairs of T; duplicate_instances (an earlier instance
+  in index order with the same category and IoU >= 0.5, full masks or boxes);
+  absorbed_instances / dropped_instances of the singlempo merge; duplicate_relations_after_merge
+  (triplets of T that, remapped and not removed, repeat the node pair of an earlier kept one).
 """
 
 import math
@@ -60,9 +90,23 @@ from fractions import Fraction
 import numpy as np
 
 MODES = ("mask", "box")
-PROTOCOLS = ("unique", "multimpo")
+PROTOCOLS = ("unique", "singlempo", "multimpo")
+MATCHINGS = ("unique", "multimpo")  # singlempo merges first, then matches with "unique"
 ABSENT_RULES = ("skip", "zero")
+AGGREGATIONS = ("per_image", "pooled")
 DEFAULT_KS = ("20", "50", "100", "x1", "x10")
+DEFAULT_IMR_KS = ("10", "20", "50")
+MERGE_IOU = 0.5  # singlempo merge threshold, independent of iou_threshold
+DUPLICATE_IOU = 0.5  # audit: duplicate instances
+AUDIT_FIELDS = (
+    "repeated_triplets",
+    "repeated_pairs",
+    "self_pairs",
+    "duplicate_instances",
+    "absorbed_instances",
+    "dropped_instances",
+    "duplicate_relations_after_merge",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,8 +143,8 @@ def match_instances(pred_categories, gt_categories, iou, threshold=0.5, protocol
     `iou(m, g)` returns the IoU of prediction m and GT instance g; it is only asked for pairs of
     the same category.
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}")
+    if protocol not in MATCHINGS:
+        raise ValueError(f"unknown matching {protocol!r}: expected one of {MATCHINGS}")
 
     # Each prediction's candidate: same category, highest IoU, first GT index on ties.
     candidate = {}  # pred index -> (gt index, iou)
@@ -128,6 +172,88 @@ def match_instances(pred_categories, gt_categories, iou, threshold=0.5, protocol
         if g not in holder or value > holder[g][1]:
             holder[g] = (m, value)
     return {m: g for g, (m, _) in holder.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# SingleMPO merge
+
+
+def merge_order(instances, triplets_ng, triplets):
+    """The order in which the singlempo merge walks the instances.
+
+    By score, highest first (ties keep index order), when every instance has a score; otherwise
+    by first appearance (subject, then object) walking T_ng and then T, never-referenced
+    instances last in index order.
+    """
+    n = len(instances)
+    if all(inst.get("score") is not None for inst in instances):
+        return sorted(range(n), key=lambda i: -float(instances[i]["score"]))  # sorted() is stable
+    order = []
+    seen = set()
+    for s, o, _ in list(triplets_ng) + list(triplets):
+        for i in (s, o):
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+    order += [i for i in range(n) if i not in seen]
+    return order
+
+
+def singlempo_merge(order, mode, masks=None, boxes=None):
+    """Walk `order` and merge duplicate instances into nodes.
+
+    Returns (node_of, creators, node_masks, absorbed, dropped):
+      node_of     {instance: node} for kept and absorbed instances (dropped ones are absent)
+      creators    [instance that created node n] -> node n's category and (box mode) box
+      node_masks  [node n's claimed pixels] in mask mode, [] in box mode
+      absorbed    set of instances absorbed into an earlier node
+      dropped     set of instances whose pixels were all claimed already (mask mode only)
+    Absorption compares FULL original masks / boxes and ignores categories.
+    """
+    node_of = {}
+    creators = []
+    node_masks = []
+    absorbed = set()
+    dropped = set()
+    claimed = None
+    for position, i in enumerate(order):
+        if i in absorbed:
+            continue
+        if mode == "mask":
+            if claimed is None:
+                claimed = np.zeros_like(masks[i], dtype=bool)
+            unclaimed = masks[i] & ~claimed
+            if not unclaimed.any():
+                dropped.add(i)
+                continue
+            node_masks.append(unclaimed)
+            claimed = claimed | masks[i]
+        node = len(creators)
+        creators.append(i)
+        node_of[i] = node
+        for j in order[position + 1:]:
+            if j in absorbed:
+                continue
+            if mode == "mask":
+                value = mask_iou(masks[i], masks[j])
+            else:
+                value = box_iou(boxes[i], boxes[j])
+            if value >= MERGE_IOU:
+                absorbed.add(j)
+                node_of[j] = node
+    return node_of, creators, node_masks, absorbed, dropped
+
+
+def remap_triplets(triplets, node_of):
+    """Triplets in node indices; those with a dropped end or a node self-pair are removed."""
+    remapped = []
+    for s, o, p in triplets:
+        if s not in node_of or o not in node_of:
+            continue
+        if node_of[s] == node_of[o]:
+            continue
+        remapped.append((node_of[s], node_of[o], p))
+    return remapped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,19 +347,70 @@ def _as_triplets(rows, n_instances, image_id, field):
     return triplets
 
 
-def _fraction_by_predicate(gt, found):
-    """{p: |G^(p) ∩ found| / |G^(p)|} for every predicate p in G."""
+def _counts_by_predicate(gt, found):
+    """{p: (|G^(p) ∩ found|, |G^(p)|)} for every predicate p in G."""
     total = {}
     hits = {}
     for t in gt:
         p = t[2]
         total[p] = total.get(p, 0) + 1
         hits[p] = hits.get(p, 0) + (1 if t in found else 0)
-    return {p: Fraction(hits[p], total[p]) for p in total}
+    return {p: (hits[p], total[p]) for p in total}
 
 
-def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol):
-    """Per-image values as Fractions; `prediction` None means the image has no record."""
+def audit_prediction(triplets, categories, pred_iou, node_of):
+    """Audit counts of one prediction record.
+
+    `triplets` is T in instance indices, `pred_iou(i, j)` the IoU of two predicted instances
+    (full masks or boxes), `node_of` the singlempo merge's {instance: node}. The merge's
+    absorbed / dropped counts are added by the caller.
+    """
+    repeated_triplets = 0
+    repeated_pairs = 0
+    self_pairs = 0
+    seen_triplets = set()
+    seen_pairs = set()
+    for s, o, p in triplets:
+        if (s, o, p) in seen_triplets:
+            repeated_triplets += 1
+        if (s, o) in seen_pairs:
+            repeated_pairs += 1
+        if s == o:
+            self_pairs += 1
+        seen_triplets.add((s, o, p))
+        seen_pairs.add((s, o))
+
+    duplicate_instances = 0
+    for j in range(len(categories)):
+        for i in range(j):
+            if categories[i] == categories[j] and pred_iou(i, j) >= DUPLICATE_IOU:
+                duplicate_instances += 1
+                break
+
+    duplicate_relations = 0
+    seen_node_pairs = set()
+    for s, o, _ in remap_triplets(triplets, node_of):
+        if (s, o) in seen_node_pairs:
+            duplicate_relations += 1
+        seen_node_pairs.add((s, o))
+
+    return {
+        "repeated_triplets": repeated_triplets,
+        "repeated_pairs": repeated_pairs,
+        "self_pairs": self_pairs,
+        "duplicate_instances": duplicate_instances,
+        "duplicate_relations_after_merge": duplicate_relations,
+    }
+
+
+def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=(),
+                   zeroshot_types=frozenset()):
+    """Per-image counts; `prediction` None means the image has no record.
+
+    Every value is a pair (hits, denominator) or a {predicate: (hits, denominator)} dict, so the
+    caller can average ratios (per image) or pool counts. PRank pairs are (rank sum, ranked
+    triplets) and only listed for predicates with a ranked triplet.
+    """
     gt = gt_relation_set(image)
     gt_categories = [int(c) for c in image["categories"]]
     image_id = image["image_id"]
@@ -247,26 +424,66 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol):
     if mode == "mask":
         gt_masks = np.asarray(image["masks"], dtype=bool)
         pred_masks = np.asarray(prediction["masks"], dtype=bool) if n_pred else None
+        pred_boxes = None
         if n_pred and pred_masks.shape[0] != n_pred:
             raise ValueError(f"image {image_id}: {pred_masks.shape[0]} masks for {n_pred} instances")
 
-        def iou(m, g):
-            return mask_iou(pred_masks[m], gt_masks[g])
+        def pred_iou(i, j):
+            return mask_iou(pred_masks[i], pred_masks[j])
 
     else:
         gt_boxes = image["boxes"]
+        pred_masks = None
+        pred_boxes = [inst["bbox"] for inst in instances]
 
-        def iou(m, g):
-            return box_iou(instances[m]["bbox"], gt_boxes[g])
-
-    mapping = match_instances(pred_categories, gt_categories, iou, iou_threshold, protocol)
+        def pred_iou(i, j):
+            return box_iou(pred_boxes[i], pred_boxes[j])
 
     triplets = _as_triplets(prediction.get("triplets", []), n_pred, image_id, "triplet")
     ng_rows = prediction.get("ng_triplets")
     triplets_ng = triplets if ng_rows is None else _as_triplets(ng_rows, n_pred, image_id, "ng_triplet")
 
+    # The singlempo merge runs for every protocol: the audit reports it.
+    order = merge_order(instances, triplets_ng, triplets)
+    node_of, creators, node_masks, absorbed, dropped = singlempo_merge(order, mode, pred_masks, pred_boxes)
+    audit = audit_prediction(triplets, pred_categories, pred_iou, node_of)
+    audit["absorbed_instances"] = len(absorbed)
+    audit["dropped_instances"] = len(dropped)
+
+    if protocol == "singlempo":
+        # The matched units are the nodes: their claimed pixels (or creator's box) and category.
+        node_categories = [pred_categories[i] for i in creators]
+        if mode == "mask":
+
+            def node_iou(m, g):
+                return mask_iou(node_masks[m], gt_masks[g])
+
+        else:
+
+            def node_iou(m, g):
+                return box_iou(pred_boxes[creators[m]], gt_boxes[g])
+
+        mapping = match_instances(node_categories, gt_categories, node_iou, iou_threshold, "unique")
+        triplets = remap_triplets(triplets, node_of)
+        triplets_ng = remap_triplets(triplets_ng, node_of)
+    else:
+        if mode == "mask":
+
+            def instance_iou(m, g):
+                return mask_iou(pred_masks[m], gt_masks[g])
+
+        else:
+
+            def instance_iou(m, g):
+                return box_iou(pred_boxes[m], gt_boxes[g])
+
+        mapping = match_instances(pred_categories, gt_categories, instance_iou, iou_threshold, protocol)
+
     gt_pairs = {(s, o) for s, o, _ in gt}
-    record = {"predicates": {p for _, _, p in gt}, "R": {}, "mR": {}, "PR": {}, "ngR": {}, "mNgR": {}}
+    zero_shot = {t for t in gt if (gt_categories[t[0]], gt_categories[t[1]], t[2]) in zeroshot_types}
+    record = {"predicates": {p for _, _, p in gt}, "audit": audit}
+    for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short"):
+        record[family] = {}
     for k in ks:
         k_count = resolve_k(k, len(gt))
         if protocol == "multimpo":
@@ -274,27 +491,45 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol):
         else:
             selection = select_graph_constrained(triplets, k_count)
         matched = apply_matching(selection, mapping)
-        record["R"][k] = Fraction(len(gt & matched), len(gt))
-        record["mR"][k] = _fraction_by_predicate(gt, matched)
+        record["R"][k] = (len(gt & matched), len(gt))
+        record["mR"][k] = _counts_by_predicate(gt, matched)
         matched_pairs = {(s, o) for s, o, _ in matched}
-        record["PR"][k] = Fraction(len(gt_pairs & matched_pairs), len(gt_pairs))
+        record["PR"][k] = (len(gt_pairs & matched_pairs), len(gt_pairs))
+        record["zR"][k] = (len(zero_shot & matched), len(zero_shot))
 
         matched_ng = apply_matching(select_distinct(triplets_ng, k_count), mapping)
-        record["ngR"][k] = Fraction(len(gt & matched_ng), len(gt))
-        record["mNgR"][k] = _fraction_by_predicate(gt, matched_ng)
+        record["ngR"][k] = (len(gt & matched_ng), len(gt))
+        record["mNgR"][k] = _counts_by_predicate(gt, matched_ng)
+        record["ngzR"][k] = (len(zero_shot & matched_ng), len(zero_shot))
 
     matched_gt_instances = set(mapping.values())
-    record["InstR"] = Fraction(len(matched_gt_instances), len(gt_categories))
+    record["InstR"] = (len(matched_gt_instances), len(gt_categories))
     reachable = {t for t in gt if t[0] in matched_gt_instances and t[1] in matched_gt_instances}
-    record["R@inf"] = Fraction(len(reachable), len(gt))
-    record["mR@inf"] = _fraction_by_predicate(gt, reachable)
+    record["R@inf"] = (len(reachable), len(gt))
+    record["mR@inf"] = _counts_by_predicate(gt, reachable)
 
     rank_of = predicate_ranks(triplets_ng, mapping)
     ranks_by_predicate = {}
     for t in gt:
         if t in rank_of:
             ranks_by_predicate.setdefault(t[2], []).append(rank_of[t])
-    record["PRank"] = {p: Fraction(sum(r), len(r)) for p, r in ranks_by_predicate.items()}
+    record["PRank"] = {p: (sum(r), len(r)) for p, r in ranks_by_predicate.items()}
+
+    # IMR: each predicate of G ranks only its own triplets of the NG-deduplicated T_ng.
+    distinct_ng = select_distinct(triplets_ng, len(triplets_ng))
+    for k in imr_ks:
+        k_count = int(k)
+        counts = {}
+        short = False
+        for p in sorted(record["predicates"]):
+            with_p = [t for t in distinct_ng if t[2] == p]
+            if len(with_p) < k_count:
+                short = True
+            matched_p = apply_matching(with_p[:k_count], mapping)
+            gt_p = {t for t in gt if t[2] == p}
+            counts[p] = (len(gt_p & matched_p), len(gt_p))
+        record["IMR"][k] = counts
+        record["imr_short"][k] = short
     return record
 
 
@@ -307,8 +542,34 @@ def _mean(values):
     return sum(values, Fraction(0)) / len(values) if values else None
 
 
+def _ratio(pairs, aggregation):
+    """Aggregate (hits, denominator) pairs: the mean of the ratios ("per_image") or summed hits
+    over summed denominators ("pooled"); None when there is no pair."""
+    pairs = list(pairs)
+    if not pairs:
+        return None
+    if aggregation == "pooled":
+        return Fraction(sum(h for h, _ in pairs), sum(d for _, d in pairs))
+    return _mean(Fraction(h, d) for h, d in pairs)
+
+
 def _to_float(value):
     return None if value is None else float(value)
+
+
+def training_statistics(dataset):
+    """(train triplet types {(cat s, cat o, p)}, {p: set of (cat s, cat o)}) over split "train"."""
+    types = set()
+    pairs_of_predicate = {}
+    for image in dataset["images"]:
+        if image["split"] != "train":
+            continue
+        categories = [int(c) for c in image["categories"]]
+        for s, o, p in image["relations"]:
+            cat_s, cat_o, p = categories[int(s)], categories[int(o)], int(p)
+            types.add((cat_s, cat_o, p))
+            pairs_of_predicate.setdefault(p, set()).add((cat_s, cat_o))
+    return types, pairs_of_predicate
 
 
 def reference_evaluate(
@@ -319,17 +580,34 @@ def reference_evaluate(
     iou_threshold=0.5,
     protocol="unique",
     absent_predicates="skip",
+    imr_ks=DEFAULT_IMR_KS,
+    tau=0.5,
+    aggregation="per_image",
+    zeroshot=None,
 ):
-    """Evaluate `predictions` against `dataset`; see the module docstring for every rule."""
+    """Evaluate `predictions` against `dataset`; see the module docstring for every rule.
+
+    `zeroshot`: None derives the zero-shot triplet types from the train split; otherwise an
+    iterable of (subject category, object category, predicate) taken as the zero-shot types.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}")
     if absent_predicates not in ABSENT_RULES:
         raise ValueError(f"unknown absent_predicates rule {absent_predicates!r}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}")
     ks = [str(k) for k in ks]
     for k in ks:
         resolve_k(k, 1)  # reject bad spellings even when nothing is evaluated
+    imr_ks = [str(k) for k in imr_ks]
+    for k in imr_ks:
+        if not (k.isdigit() and int(k) > 0):
+            raise ValueError(f"bad IMR k value {k!r}: expected a positive integer")
+    tau = float(tau)
+    if not (math.isfinite(tau) and tau >= 0):
+        raise ValueError(f"bad tau {tau!r}: expected a finite number >= 0")
     predicate_names = list(dataset["predicate_classes"])
 
     evaluated = []
@@ -354,8 +632,20 @@ def reference_evaluate(
     extra = sum(1 for key in by_id if key not in evaluated_ids)
     missing = sum(1 for key in evaluated_ids if key not in by_id)
 
+    train_types, train_pairs_of_predicate = training_statistics(dataset)
+    if zeroshot is None:
+        zeroshot_types = set()
+        for image in evaluated:
+            categories = [int(c) for c in image["categories"]]
+            for s, o, p in gt_relation_set(image):
+                if (categories[s], categories[o], p) not in train_types:
+                    zeroshot_types.add((categories[s], categories[o], p))
+    else:
+        zeroshot_types = {tuple(int(v) for v in t) for t in zeroshot}
+
     records = [
-        evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol)
+        evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol,
+                       imr_ks, zeroshot_types)
         for image in evaluated
     ]
 
@@ -365,10 +655,15 @@ def reference_evaluate(
     present_order = [p for p in range(len(predicate_names)) if p in present]
     absent_names = [name for p, name in enumerate(predicate_names) if p not in present]
 
+    def r_type(values_of):
+        """R-type: over images whose denominator is > 0 (only zR / ngzR ever skip one)."""
+        return _ratio((values_of(r) for r in records if values_of(r)[1] > 0), aggregation)
+
     def per_predicate(values_of):
-        """{p: mean over images of values_of(record).get(p)} for present p (None if no value)."""
+        """{p: aggregate of values_of(record)[p] over records holding p} for present p."""
         return {
-            p: _mean(values_of(r)[p] for r in records if p in values_of(r)) for p in present_order
+            p: _ratio((values_of(r)[p] for r in records if p in values_of(r)), aggregation)
+            for p in present_order
         }
 
     def mean_over_predicates(by_predicate, zero_fill):
@@ -379,22 +674,40 @@ def reference_evaluate(
             return sum(values, Fraction(0)) / len(predicate_names)
         return _mean(values)
 
+    def weighted_over_predicates(by_predicate):
+        """wIMR: sum of w_p * IMR(p), w_p = n_p ** tau / sum of n_q ** tau, all in floats."""
+        valued = [p for p in present_order if by_predicate.get(p) is not None]
+        powers = [float(len(train_pairs_of_predicate.get(p, ()))) ** tau for p in valued]
+        total = sum(powers)
+        if not valued or total == 0:
+            return None
+        return sum((power / total) * float(by_predicate[p]) for power, p in zip(powers, valued))
+
     metrics = {}
     per_pred = {}
     for k in ks:
-        metrics[f"R@{k}"] = _mean(r["R"][k] for r in records)
+        metrics[f"R@{k}"] = r_type(lambda r, k=k: r["R"][k])
         per_pred[f"mR@{k}"] = per_predicate(lambda r, k=k: r["mR"][k])
         metrics[f"mR@{k}"] = mean_over_predicates(per_pred[f"mR@{k}"], True)
-        metrics[f"ngR@{k}"] = _mean(r["ngR"][k] for r in records)
+        metrics[f"ngR@{k}"] = r_type(lambda r, k=k: r["ngR"][k])
         per_pred[f"mNgR@{k}"] = per_predicate(lambda r, k=k: r["mNgR"][k])
         metrics[f"mNgR@{k}"] = mean_over_predicates(per_pred[f"mNgR@{k}"], True)
-        metrics[f"PR@{k}"] = _mean(r["PR"][k] for r in records)
-    metrics["InstR"] = _mean(r["InstR"] for r in records)
-    metrics["R@inf"] = _mean(r["R@inf"] for r in records)
+        metrics[f"PR@{k}"] = r_type(lambda r, k=k: r["PR"][k])
+    metrics["InstR"] = r_type(lambda r: r["InstR"])
+    metrics["R@inf"] = r_type(lambda r: r["R@inf"])
     per_pred["mR@inf"] = per_predicate(lambda r: r["mR@inf"])
     metrics["mR@inf"] = mean_over_predicates(per_pred["mR@inf"], True)
     per_pred["PRank"] = per_predicate(lambda r: r["PRank"])
     metrics["PRank"] = mean_over_predicates(per_pred["PRank"], False)
+    for k in ks:
+        metrics[f"zR@{k}"] = r_type(lambda r, k=k: r["zR"][k])
+    for k in ks:
+        metrics[f"ngzR@{k}"] = r_type(lambda r, k=k: r["ngzR"][k])
+    for k in imr_ks:
+        per_pred[f"IMR@{k}"] = per_predicate(lambda r, k=k: r["IMR"][k])
+        metrics[f"IMR@{k}"] = mean_over_predicates(per_pred[f"IMR@{k}"], True)
+    for k in imr_ks:
+        metrics[f"wIMR@{k}"] = weighted_over_predicates(per_pred[f"IMR@{k}"])
 
     return {
         "images": {
@@ -409,4 +722,6 @@ def reference_evaluate(
             for key, values in per_pred.items()
         },
         "absent_predicates": absent_names,
+        "imr_short_images": {k: sum(1 for r in records if r["imr_short"][k]) for k in imr_ks},
+        "audit": {field: sum(r["audit"][field] for r in records) for field in AUDIT_FIELDS},
     }
