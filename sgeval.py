@@ -46,6 +46,13 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   of highest IoU (first GT index on ties); each GT instance keeps its best candidate (highest IoU,
   earlier prediction on ties). ``multimpo``: every prediction maps to its candidate, and R@k /
   mR@k / PR@k take the first k distinct triplets of ``triplets`` (no graph constraint).
+* ``singlempo``: merge, then ``unique`` on the merged nodes. Walk the instances by ``score``
+  (descending, stable) when every instance has one, else by first appearance in ``ng_triplets``
+  then ``triplets`` (subject before object; unreferenced instances last, by index). An instance
+  not yet absorbed becomes a node with the pixels no earlier node claimed (dropped when there are
+  none) and absorbs every later instance whose full mask has IoU >= 0.5 with its own (labels
+  ignored). Nodes keep their instance's category. Triplets are remapped to nodes; triplets with a
+  dropped end and self-pairs are removed. Box mode: box IoU, no claiming, nothing dropped.
 * Graph-constrained selection GC_k: walk ``triplets``, drop a triplet whose predicted (s, o) pair
   occurred earlier, keep the first k. No-graph-constraint NG_k: walk ``ng_triplets``, drop exact
   repeats, keep the first k. Relative k ``x10``: k = max(1, floor(10 |G| + 0.5)).
@@ -55,11 +62,26 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   mapped triplet; a triplet's rank is the number of earlier kept triplets with the same mapped
   pair. Per image and predicate, the mean rank of the GT triplets that appear (a multiset mean);
   undefined when none appears.
-* Aggregation: R-type metrics (R, ngR, PR, InstR, R@inf) are means over evaluated images. m-type
-  metrics (mR, mNgR, mR@inf, PRank) are per predicate the mean over the images whose G holds it
-  (PRank: where defined), then the mean over the predicates present in the evaluated GT (PRank:
-  over predicates with a value). ``absent_predicates: zero`` counts absent predicates as 0 in mR,
-  mNgR and mR@inf (the OpenPSG rule).
+* Zero-shot (zR@k, ngzR@k): GT triplets whose (subject category, object category, predicate)
+  type never occurs in the training split (``train_gt``, default the non-test entries of ``gt``),
+  or that are listed in ``zeroshot_triplets``; recall over them with the R@k / ngR@k selection
+  (relative k still counts all of G). Images without zero-shot triplets are skipped.
+* IMR@k: per image and predicate p of G, the first k triplets with predicate p in the NG order of
+  ``ng_triplets`` (exact repeats dropped), matched, over |G^(p)|; aggregated like mR. When an image
+  lists fewer than k such triplets for a predicate of its GT, a warning counts it. wIMR@k =
+  sum_p w_p IMR(p), w_p = n_p^tau / sum_q n_q^tau over the predicates present, n_p = distinct
+  (subject category, object category) pairs of predicate p in the training split.
+* Aggregation ``per_image`` (default; SGBench, OpenPSG and the Scene-Graph-Benchmark code):
+  R-type metrics (R, ngR, PR, InstR, R@inf, zR, ngzR) are means over evaluated images (zR: over
+  images with zero-shot triplets). m-type metrics (mR, mNgR, mR@inf, IMR, PRank) are per predicate
+  the mean over the images whose G holds it (PRank: where defined), then the mean over the
+  predicates present in the evaluated GT (PRank: over predicates with a value). ``pooled``: sums
+  of hits over sums of GT (per predicate for m-type). ``absent_predicates: zero`` counts absent
+  predicates as 0 in mR, mNgR, mR@inf and IMR (the OpenPSG rule).
+* Protocol audit, per image and in total: repeated triplets and repeated pairs of ``triplets``,
+  self-pairs, duplicate instances (an earlier instance of the same category with IoU >= 0.5),
+  instances absorbed and dropped by the SingleMPO merge, and relations that repeat a node pair
+  after the merge (what SingleMPO's graph constraint removes).
 * An evaluated image without a prediction record counts with zero hits; records for images that
   are not evaluated are ignored and counted as ``extra_predictions``.
 
@@ -1114,12 +1136,13 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
             out[f"{family}@{label}"] = _r_type(counts[field][:, index], counts["z_gt"], pooled)
     for index, label in enumerate(imr_labels if {"IMR", "wIMR"} & set(metrics) else ()):
         m_type(f"IMR@{label}", counts["imr_hits"][:, index])
-        if "wIMR" in metrics:
-            weights = np.where(present, np.asarray(predicate_pairs, np.float64) ** tau, 0.0)
-            imr = np.nan_to_num(per_predicate[f"IMR@{label}"])
-            out[f"wIMR@{label}"] = float((weights / weights.sum() * imr).sum()) if weights.sum() > 0 else np.nan
-        if "IMR" not in metrics:
-            del out[f"IMR@{label}"], per_predicate[f"IMR@{label}"]
+    pairs = np.zeros(gt_rel.shape[1]) if predicate_pairs is None else np.asarray(predicate_pairs, np.float64)
+    weights = np.where(present, pairs ** tau, 0.0)
+    for label in imr_labels if "wIMR" in metrics else ():
+        imr = np.nan_to_num(per_predicate[f"IMR@{label}"])
+        out[f"wIMR@{label}"] = float((weights / weights.sum() * imr).sum()) if weights.sum() > 0 else np.nan
+    for label in imr_labels if "IMR" not in metrics and "wIMR" in metrics else ():  # wIMR only
+        del out[f"IMR@{label}"], per_predicate[f"IMR@{label}"]
     return {key: float(value) for key, value in out.items()}, per_predicate
 
 

@@ -190,3 +190,10 @@ def test_compare_protocols_table(tmp_path):
     assert lines[start + 1].split() == ["unique", "singlempo", "multimpo"]
     row = next(line for line in lines[start:] if line.startswith("R@2 "))
     assert row.split()[1:] == ["0.0", "66.7", "33.3"]
+
+
+def test_metric_families_select_keys(tmp_path):
+    only_wimr = imr_case(tmp_path / "a", metrics=["wIMR"])
+    assert list(only_wimr["metrics"]) == ["wIMR@1", "wIMR@2"] and only_wimr["per_predicate"] == {}
+    only_imr = imr_case(tmp_path / "b", metrics=["IMR"])
+    assert list(only_imr["metrics"]) == ["IMR@1", "IMR@2"] and list(only_imr["per_predicate"]) == ["IMR@1", "IMR@2"]

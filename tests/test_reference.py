@@ -8,6 +8,7 @@ from conftest import sgeval, synth
 from reference import reference_evaluate
 
 KS = ("1", "5", "20", "x0.5", "x1", "x3")
+IMR_KS = ("1", "2", "5")
 
 
 def random_case(tmp_path, seed, with_masks):
@@ -16,10 +17,12 @@ def random_case(tmp_path, seed, with_masks):
                                  width=int(rng.integers(8, 30)), n_things=3, n_stuff=2, n_predicates=5)
     predictions = synth.simulate_predictions(rng, dataset, with_masks=with_masks, p_missing=0.1,
                                              p_empty=0.1)
+    for record in predictions[seed % 2::2]:  # half the images without scores: first-appearance merge
+        for instance in record["instances"]:
+            instance.pop("score", None)
     gt = synth.write_gt(dataset, tmp_path / "gt")
     pred = sgeval.write_predictions(tmp_path / ("pred.zip" if with_masks else "pred.json"), predictions)
-    values = {"gt": str(gt), "pred": str(pred), "k": list(KS),
-              "metrics": ["R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank"]}
+    values = {"gt": str(gt), "pred": str(pred), "k": list(KS), "imr_k": list(IMR_KS)}
     if with_masks:
         values["gt_seg"] = str(tmp_path / "gt" / "panoptic")
     return dataset, predictions, values
@@ -40,31 +43,37 @@ def assert_close(fast, slow, where):
 def test_matches_reference(tmp_path, seed, with_masks):
     dataset, predictions, values = random_case(tmp_path, seed, with_masks)
     mode = "mask" if with_masks else "box"
-    for protocol in ("unique", "multimpo"):
-        for absent in ("skip", "zero"):
-            where = f"seed {seed} {mode} {protocol} absent={absent}"
-            config = sgeval.make_config({**values, "protocol": protocol, "absent_predicates": absent})
-            fast = sgeval.evaluate(config)
+    tau = (0.5, 0.0, 1.0)[seed % 3]
+    for absent, aggregation in (("skip", "per_image"), ("zero", "pooled")):
+        config = sgeval.make_config({**values, "protocols": sgeval.PROTOCOLS, "absent_predicates": absent,
+                                     "aggregation": aggregation, "wimr_tau": tau})
+        fast = sgeval.evaluate(config)
+        for protocol in sgeval.PROTOCOLS:
+            where = f"seed {seed} {mode} {protocol} absent={absent} {aggregation}"
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol,
-                                      absent_predicates=absent)
+                                      absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation)
             assert fast["images"] == slow["images"], where
             assert fast["absent_predicates"] == slow["absent_predicates"], where
-            assert_close(fast["metrics"], slow["metrics"], where)
-            assert fast["per_predicate"].keys() == slow["per_predicate"].keys(), where
-            for key in slow["per_predicate"]:
-                assert_close(fast["per_predicate"][key], slow["per_predicate"][key], f"{where} {key}")
+            assert_close(fast["by_protocol"][protocol]["metrics"], slow["metrics"], where)
+            for key, values_by_name in slow["per_predicate"].items():
+                assert_close(fast["by_protocol"][protocol]["per_predicate"][key], values_by_name, f"{where} {key}")
+            if protocol == config.protocol:
+                assert fast["imr_short_images"] == slow["imr_short_images"], where
+        assert {key: fast["protocol_audit"][key] for key in sgeval.AUDIT_FIELDS} == slow["audit"], where
 
 
 def test_random_cases_are_not_trivial(tmp_path):
     """The random data must exercise what the comparison is meant to catch."""
     dataset, predictions, values = random_case(tmp_path, 0, True)
-    unique = sgeval.evaluate(sgeval.make_config(values))
-    multi = sgeval.evaluate(sgeval.make_config({**values, "protocol": "multimpo"}))
-    m = unique["metrics"]
+    result = sgeval.evaluate(sgeval.make_config({**values, "protocols": sgeval.PROTOCOLS}))
+    by_protocol = {name: v["metrics"] for name, v in result["by_protocol"].items()}
+    m = by_protocol["unique"]
     assert 0 < m["R@20"] < m["ngR@20"] < 1 and 0 < m["InstR"] < 1 and m["PRank"] > 0
-    assert m["R@1"] < m["R@20"] and multi["metrics"]["R@20"] != m["R@20"]
-    images = unique["images"]
+    assert m["R@1"] < m["R@20"] and 0 < m["zR@20"] != m["R@20"] and 0 < m["IMR@1"] < m["IMR@5"]
+    assert len({v["R@20"] for v in by_protocol.values()}) == 3  # the protocols differ
+    images = result["images"]
     assert images["missing_predictions"] > 0 and images["extra_predictions"] > 0
     assert images["skipped_no_relations"] > 0
-    audit = unique["protocol_audit"]
-    assert audit["repeated_pairs"] > 0 and audit["repeated_triplets"] > 0 and audit["self_pairs"] > 0
+    assert 0 < result["imr_short_images"]["2"] < images["evaluated"]
+    audit = result["protocol_audit"]
+    assert all(audit[key] > 0 for key in sgeval.AUDIT_FIELDS if key != "dropped_instances")
