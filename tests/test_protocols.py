@@ -145,8 +145,8 @@ def imr_case(tmp_path, **config):
     # NG order: (1,0,riding) wrong pair, (0,1,riding), (0,1,on).
     preds = [pred_image(1, people, [PERSON, HORSE, DOG], [[0, 1, ON]],
                         ng_triplets=[[1, 0, RIDING], [0, 1, RIDING], [0, 1, ON]])]
-    return run_case(tmp_path, images, preds, k=["1"], imr_k=["1", "2"],
-                    metrics=["mNgR", "IMR", "wIMR"], **config)
+    return run_case(tmp_path, images, preds, **{"k": ["1"], "imr_k": ["1", "2"],
+                                                 "metrics": ["mNgR", "IMR", "wIMR"], **config})
 
 
 def test_imr_ranks_each_predicate_independently(tmp_path):
