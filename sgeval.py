@@ -154,6 +154,7 @@ class Config:
     per_predicate: bool = False  # print the per-predicate table
     workers: int = 1  # processes decoding and matching images
     output: str | None = None  # JSON results file
+    convert: dict | None = None  # raw model output to convert first (convert/ and `make eval`)
 
 
 _CHOICES = {"protocol": PROTOCOLS, "absent_predicates": ("skip", "zero"),
@@ -225,6 +226,8 @@ def make_config(values, source="config"):
         problems.append(f"{source}: workers must be a positive integer")
     if not isinstance(merged["per_predicate"], bool):
         problems.append(f"{source}: per_predicate must be true or false")
+    if merged["convert"] is not None and not isinstance(merged["convert"], dict):
+        problems.append(f"{source}: convert must be a mapping (family, raw, ...) or empty")
     text_or_none = lambda v: None if v in (None, "") else str(v)  # noqa: E731
     config = dict(
         {key: text_or_none(merged[key]) for key in ("gt_seg", "train_gt", "zeroshot_triplets", "output")},
@@ -235,7 +238,7 @@ def make_config(values, source="config"):
         iou_threshold=_number("iou_threshold", merged["iou_threshold"], 1e-9, 1.0, source, problems),
         wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0.0, 1.0, source, problems),
         absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
-        per_predicate=merged["per_predicate"], workers=workers)
+        per_predicate=merged["per_predicate"], workers=workers, convert=merged["convert"])
     if problems:
         raise SGEvalError(problems)
     return Config(**config)
@@ -750,8 +753,8 @@ def popcount64(x):
 @numba.njit(cache=_JIT_CACHE)
 def mask_extents(bits_NW):
     """Pixel count (N,) and the first / one-past-last non-zero word (N,) of packed masks."""
-    areas, first, stop = np.zeros(bits_NW.shape[0], np.int64), np.zeros(bits_NW.shape[0], np.int64), \
-        np.zeros(bits_NW.shape[0], np.int64)
+    n_masks = bits_NW.shape[0]
+    areas, first, stop = np.zeros(n_masks, np.int64), np.zeros(n_masks, np.int64), np.zeros(n_masks, np.int64)
     for n in range(bits_NW.shape[0]):
         for w in range(bits_NW.shape[1]):
             if bits_NW[n, w]:
