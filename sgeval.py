@@ -99,8 +99,10 @@ import logging
 import math
 import multiprocessing
 import os
+import struct
 import sys
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 import click
@@ -197,10 +199,11 @@ def _k_labels(key, value, relative, source, problems):
     return tuple(dict.fromkeys(labels))
 
 
-def _number(key, value, low, high, source, problems):
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+def _number(key, value, low, high, source, problems, open_low=False):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            low < value if open_low else low <= value) and value <= high:
         return float(value)
-    problems.append(f"{source}: {key} must be a number in [{low}, {high}]")
+    problems.append(f"{source}: {key} must be a number in {'(' if open_low else '['}{low:g}, {high:g}]")
     return 0.0
 
 
@@ -235,7 +238,7 @@ def make_config(values, source="config"):
         protocols=tuple(dict.fromkeys(lists["protocols"])), metrics=tuple(dict.fromkeys(lists["metrics"])),
         k=_k_labels("k", merged["k"], True, source, problems),
         imr_k=_k_labels("imr_k", merged["imr_k"], False, source, problems),
-        iou_threshold=_number("iou_threshold", merged["iou_threshold"], 1e-9, 1.0, source, problems),
+        iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0.0, 1.0, source, problems, open_low=True),
         wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0.0, 1.0, source, problems),
         absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
         per_predicate=merged["per_predicate"], workers=workers, convert=merged["convert"])
@@ -325,26 +328,14 @@ def _check_indices(rows, name, limits, labels, where, problems):
         if bad.size:
             row = int(bad[0])
             more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
-            problems.append(
-                f"{where}: {name} {row} refers to {label} {int(rows[row, column])}, "
-                f"but only {limit} exist{more}"
-            )
+            problems.append(f"{where}: {name} {row} {rows[row].tolist()} is out of range: it refers to "
+                            f"{label} {int(rows[row, column])}, but only {limit} {label}s exist{more}")
 
 
 def read_gt(gt_path, seg_root=None):
     """Read psg.json; every structural problem is collected into one SGEvalError."""
-    try:
-        with open(gt_path, "rb") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as error:
-        raise SGEvalError([f"{gt_path}: cannot read JSON: {error}"]) from None
-    keys = ("data", "thing_classes", "stuff_classes", "predicate_classes", "test_image_ids")
-    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
-    if missing:
-        raise SGEvalError([f"{gt_path}: missing top-level field '{key}'" for key in missing])
-    not_lists = [key for key in keys if not isinstance(data[key], list)]
-    if not_lists:
-        raise SGEvalError([f"{gt_path}: top-level field '{key}' must be a list" for key in not_lists])
+    data = _load_annotations(gt_path, ("data", "thing_classes", "stuff_classes", "predicate_classes",
+                                       "test_image_ids"))
     objects = list(data["thing_classes"]) + list(data["stuff_classes"])
     predicates = list(data["predicate_classes"])
     test_ids = {str(i) for i in data["test_image_ids"]}
@@ -414,26 +405,51 @@ def read_gt(gt_path, seg_root=None):
     return GroundTruth(objects, predicates, images, skipped, training)
 
 
+def _load_annotations(path, keys, what="JSON"):
+    """A psg.json-like file whose given top-level fields are lists."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise SGEvalError([f"{path}: cannot read {what}: {error}"]) from None
+    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise SGEvalError([f"{path}: missing top-level field '{key}'" for key in missing])
+    not_lists = [key for key in keys if not isinstance(data[key], list)]
+    if not_lists:
+        raise SGEvalError([f"{path}: top-level field '{key}' must be a list" for key in not_lists])
+    return data
+
+
 def training_statistics(entries, n_objects, n_predicates, path, problems):
     """Training split statistics: (set of (subject cat, object cat, predicate) triplet types,
     (C,) number of distinct (subject cat, object cat) pairs per predicate)."""
     types = set()
     for index, entry in enumerate(entries):
-        where = f"{path}: image {entry.get('image_id', f'#{index}') if isinstance(entry, dict) else index}"
-        try:
-            categories = [int(segment["category_id"]) for segment in entry["segments_info"]]
-            relations = [(int(r[0]), int(r[1]), int(r[2])) for r in entry["relations"]]
-        except (KeyError, TypeError, ValueError, IndexError) as error:
-            problems.append(f"{where}: malformed segments_info or relations ({error})")
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: field 'data' must hold objects; data[{index}] is not one")
             continue
-        if any(not 0 <= c < n_objects for c in categories):
-            problems.append(f"{where}: a segment category is outside the object vocabulary")
+        where = f"{path}: image {entry.get('image_id', f'#{index}')}"
+        segments = entry.get("segments_info")
+        categories = [s.get("category_id") for s in segments if isinstance(s, dict)] \
+            if isinstance(segments, list) else None
+        if categories is None or len(categories) != len(segments) or not all(
+                isinstance(c, int) and not isinstance(c, bool) for c in categories):
+            problems.append(f"{where}: field 'segments_info' must list objects with an integer 'category_id'")
             continue
-        for s, o, p in relations:
-            if not (0 <= s < len(categories) and 0 <= o < len(categories) and 0 <= p < n_predicates):
-                problems.append(f"{where}: relation [{s}, {o}, {p}] is out of range")
-                break
-            types.add((categories[s], categories[o], p))
+        relations = _int_rows(entry.get("relations"), 3, "relations", where, problems)
+        if relations is None:
+            continue
+        categories = np.array(categories, np.int64)
+        _check_indices(categories[:, None], "segment", [n_objects], ["category"], where, problems)
+        _check_indices(relations, "relation", [len(categories)] * 2 + [n_predicates],
+                       ["segment", "segment", "predicate"], where, problems)
+        if len(categories) and (categories.min() < 0 or categories.max() >= n_objects):
+            continue
+        valid = ((relations >= 0).all(axis=1) & (relations[:, :2] < len(categories)).all(axis=1)
+                 & (relations[:, 2] < n_predicates))
+        rows = relations[valid]
+        types.update(zip(categories[rows[:, 0]].tolist(), categories[rows[:, 1]].tolist(), rows[:, 2].tolist()))
     pairs = np.zeros(n_predicates, np.int64)
     for p, count in collections.Counter(p for _, _, p in types).items():
         pairs[p] = count
@@ -442,13 +458,9 @@ def training_statistics(entries, n_objects, n_predicates, path, problems):
 
 def read_training(path, n_objects, n_predicates):
     """training_statistics() of another annotation file (its entries outside its test_image_ids)."""
-    try:
-        with open(path, "rb") as handle:
-            data = json.load(handle)
-        test_ids = {str(i) for i in data.get("test_image_ids", [])}
-        entries = [e for e in data["data"] if str(e.get("image_id")) not in test_ids]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise SGEvalError([f"{path}: cannot read training annotations: {error}"]) from None
+    data = _load_annotations(path, ("data",), "training annotations (JSON)")
+    test_ids = {str(i) for i in data.get("test_image_ids") or []}
+    entries = [e for e in data["data"] if not isinstance(e, dict) or str(e.get("image_id")) not in test_ids]
     problems = []
     training = training_statistics(entries, n_objects, n_predicates, path, problems)
     if problems:
@@ -462,23 +474,28 @@ def read_zeroshot(path, n_objects, n_predicates):
     try:
         text = Path(path).read_text()
         if str(path).endswith(".json"):
-            rows = json.loads(text)
+            rows = [(f"row {i}", row) for i, row in enumerate(json.loads(text) or [None])]
         else:
-            rows = [line.replace(";", ",").split(",") for line in text.splitlines() if line.strip()]
-            if rows and not rows[0][0].strip().lstrip("-").isdigit():
-                rows = rows[1:]  # header
-    except (OSError, ValueError) as error:
+            rows = [(f"line {i}", line.replace(";", ",").split(","))
+                    for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+            if rows and not rows[0][1][0].strip().lstrip("-").isdigit():
+                rows = rows[1:]  # a header line
+    except (OSError, ValueError, TypeError) as error:
         raise SGEvalError([f"{path}: cannot read zero-shot triplets: {error}"]) from None
     problems, types = [], set()
-    for index, row in enumerate(rows if isinstance(rows, list) else [None]):
-        try:
-            s, o, p = (int(str(v).strip()) for v in row)
-        except (TypeError, ValueError):
-            problems.append(f"{path}: row {index}: expected [subject category, object category, predicate]")
+    for where, row in rows:
+        if isinstance(row, list) and row and isinstance(row[0], str):  # CSV cells
+            row = [int(v) if v.strip().lstrip("-").isdigit() else v for v in (v.strip() for v in row)]
+        if not (isinstance(row, list) and len(row) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in row)):
+            problems.append(f"{path}: {where}: expected [subject category, object category, predicate] "
+                            f"integers, got {row!r}")
             continue
-        if not (0 <= s < n_objects and 0 <= o < n_objects and 0 <= p < n_predicates):
-            problems.append(f"{path}: row {index}: [{s}, {o}, {p}] is outside the vocabulary")
-        types.add((s, o, p))
+        if not (0 <= row[0] < n_objects and 0 <= row[1] < n_objects and 0 <= row[2] < n_predicates):
+            problems.append(f"{path}: {where}: {row} is outside the vocabulary")
+        types.add(tuple(row))
+    if not rows:
+        problems.append(f"{path}: no zero-shot triplets found")
     if problems:
         raise SGEvalError(problems)
     return types
@@ -644,9 +661,13 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
 def _pack(masks_PHW):
     """Boolean (P, H, W) masks -> bit-packed (P, W) uint64 rows, zero padded."""
     count = len(masks_PHW)
-    bits = np.packbits(masks_PHW.reshape(count, -1), axis=1)
-    padded = np.zeros((count, -(-bits.shape[1] // 8) * 8), np.uint8)
-    padded[:, : bits.shape[1]] = bits
+    return _pad_words(np.packbits(masks_PHW.reshape(count, -1), axis=1))
+
+
+def _pad_words(packed_PB):
+    """Packed bytes (P, B) -> (P, W) uint64, zero padded to whole words."""
+    padded = np.zeros((len(packed_PB), -(-packed_PB.shape[1] // 8) * 8), np.uint8)
+    padded[:, : packed_PB.shape[1]] = packed_PB
     return padded.view(np.uint64)
 
 
@@ -656,7 +677,7 @@ def load_gt_masks(image):
     try:
         with Image.open(image.seg_path) as png:
             mode = png.mode
-            rgb = np.asarray(png.convert("RGB")).astype(np.int64)
+            rgb = np.asarray(png if mode == "RGB" else png.convert("RGB"))
     except (OSError, ValueError) as error:
         raise SGEvalError([f"{where}: cannot read panoptic PNG: {error}"]) from None
     if mode not in ("RGB", "RGBA"):
@@ -664,33 +685,100 @@ def load_gt_masks(image):
     if rgb.shape[:2] != (image.height, image.width):
         raise SGEvalError([f"{where}: panoptic PNG is {rgb.shape[1]}x{rgb.shape[0]}, "
                            f"field 'width'x'height' says {image.width}x{image.height}"])
-    ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
-    return _pack(ids[None] == image.segment_ids[:, None, None])
+    return _pad_words(pack_segments(np.ascontiguousarray(rgb), image.segment_ids))
+
+
+# Baseline TIFF tags read by the direct strip reader (anything else goes to tifffile).
+_TIFF_TAGS = {256: "width", 257: "height", 258: "bits", 259: "compression", 266: "fill_order",
+              273: "offsets", 277: "samples", 279: "byte_counts", 317: "predictor", 322: "tiles",
+              339: "sample_format"}
+_TIFF_FORMATS = {1: "B", 3: "H", 4: "I", 16: "Q"}
+_INFLATE = {1: bytes, 8: zlib.decompress, 32946: zlib.decompress}
+
+
+def _tiff_pages(data):
+    """Tags of every page of a classic TIFF whose pages the strip reader handles (1 sample of
+    1 or 8 bits, uncompressed or deflate, no predictor, strips); None for anything else."""
+    order = {b"II": "<", b"MM": ">"}.get(data[:2])
+    if order is None or struct.unpack_from(order + "H", data, 2)[0] != 42:
+        return None
+    pages, offset = [], struct.unpack_from(order + "I", data, 4)[0]
+    while offset:
+        count = struct.unpack_from(order + "H", data, offset)[0]
+        tags = {"samples": (1,), "fill_order": (1,), "predictor": (1,), "sample_format": (1,), "compression": (1,)}
+        for entry in range(offset + 2, offset + 2 + 12 * count, 12):
+            tag, kind, n = struct.unpack_from(order + "HHI", data, entry)
+            if tag in _TIFF_TAGS:
+                if kind not in _TIFF_FORMATS:
+                    return None
+                fmt = order + _TIFF_FORMATS[kind] * n
+                at = entry + 8 if struct.calcsize(fmt) <= 4 else struct.unpack_from(order + "I", data, entry + 8)[0]
+                tags[_TIFF_TAGS[tag]] = struct.unpack_from(fmt, data, at)
+        bits = tags.get("bits", (1,))
+        if ("tiles" in tags or tags["samples"] != (1,) or bits[0] not in (1, 8) or tags["fill_order"] != (1,)
+                or tags["predictor"] != (1,) or tags["sample_format"] != (1,)
+                or tags["compression"][0] not in _INFLATE or "offsets" not in tags):
+            return None
+        pages.append(tags)
+        offset = struct.unpack_from(order + "I", data, offset + 2 + 12 * count)[0]
+    return pages
+
+
+def _read_strips(data, tags, height, width):
+    """One page's mask as packed bits (B,) uint8, straight from its strips."""
+    inflate = _INFLATE[tags["compression"][0]]
+    raw = b"".join(inflate(data[o:o + n]) for o, n in zip(tags["offsets"], tags["byte_counts"]))
+    one_bit = tags.get("bits", (1,))[0] == 1
+    row = -(-width // 8) if one_bit else width
+    if len(raw) < row * height:
+        raise ValueError(f"strips hold {len(raw)} bytes, the page needs {row * height}")
+    pixels = np.frombuffer(raw, np.uint8, row * height)
+    if one_bit and width % 8 == 0:
+        return pixels  # the strips already are row-major packed bits
+    if one_bit:
+        pixels = np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width]
+    return np.packbits(pixels.reshape(-1) != 0)
 
 
 def load_pred_masks(source, record, height, width):
     """Bit-packed (P, W) masks of one prediction from its TIFF (pages or 3-D page layers)."""
     where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
-    layers = []
     try:
-        with tifffile.TiffFile(io.BytesIO(source.read(record.seg_filename))) as tiff:
-            for page in tiff.pages:
-                array = page.asarray()
-                if array.ndim == 2:
-                    array = array[None]
-                elif array.ndim == 3 and array.shape[:2] == (height, width) and array.shape[2] != width:
-                    array = np.moveaxis(array, -1, 0)
-                if array.ndim != 3 or array.shape[1:] != (height, width):
-                    raise SGEvalError([f"{where}: mask size {array.shape[-2:]} differs from the GT "
-                                       f"image size ({height}, {width})"])
-                layers.extend(array != 0)
+        data = source.read(record.seg_filename)
+        pages = _tiff_pages(data)
+        if pages is not None:
+            for tags in pages:
+                if (tags["height"][0], tags["width"][0]) != (height, width):
+                    raise SGEvalError([f"{where}: mask size ({tags['height'][0]}, {tags['width'][0]}) "
+                                       f"differs from the GT image size ({height}, {width})"])
+            packed = [_read_strips(data, tags, height, width) for tags in pages]
+            layers = np.stack(packed) if packed else np.zeros((0, 1), np.uint8)
+        else:
+            layers = np.packbits(_tifffile_layers(data, height, width, where).reshape(-1, height * width), axis=1)
     except SGEvalError:
         raise
-    except Exception as error:  # tifffile and the codecs raise many types on corrupt data
+    except Exception as error:  # struct, zlib, tifffile and the codecs raise many types on corrupt data
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
     if len(layers) != len(record.categories):
         raise SGEvalError([f"{where}: {len(layers)} masks for {len(record.categories)} instances"])
-    return _pack(np.stack(layers))
+    return _pad_words(layers)
+
+
+def _tifffile_layers(data, height, width, where):
+    """(P, H, W) bool masks through tifffile, for TIFFs the strip reader does not handle."""
+    layers = []
+    with tifffile.TiffFile(io.BytesIO(data)) as tiff:
+        for page in tiff.pages:
+            array = page.asarray()
+            if array.ndim == 2:
+                array = array[None]
+            elif array.ndim == 3 and array.shape[:2] == (height, width) and array.shape[2] != width:
+                array = np.moveaxis(array, -1, 0)
+            if array.ndim != 3 or array.shape[1:] != (height, width):
+                raise SGEvalError([f"{where}: mask size {array.shape[-2:]} differs from the GT "
+                                   f"image size ({height}, {width})"])
+            layers.extend(array != 0)
+    return np.array(layers, bool).reshape(-1, height, width)
 
 
 def write_predictions(path, images):
@@ -748,6 +836,28 @@ def popcount64(x):
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@numba.njit(cache=_JIT_CACHE)
+def pack_segments(rgb_HW3, segment_ids_G):
+    """Packed bytes (G, B) of the panoptic segments of an RGB id image (id = R + 256 G + 65536 B),
+    bit order as np.packbits over the flattened mask."""
+    height, width = rgb_HW3.shape[0], rgb_HW3.shape[1]
+    packed = np.zeros((segment_ids_G.shape[0], (height * width + 7) // 8), np.uint8)
+    last_id, last_segment = -1, -1
+    for y in range(height):
+        for x in range(width):
+            pixel_id = np.int64(rgb_HW3[y, x, 0]) + 256 * np.int64(rgb_HW3[y, x, 1]) + 65536 * np.int64(rgb_HW3[y, x, 2])
+            if pixel_id != last_id:
+                last_id, last_segment = pixel_id, -1
+                for g in range(segment_ids_G.shape[0]):
+                    if segment_ids_G[g] == pixel_id:
+                        last_segment = g
+                        break
+            if last_segment >= 0:
+                index = y * width + x
+                packed[last_segment, index >> 3] |= np.uint8(128 >> (index & 7))
+    return packed
 
 
 @numba.njit(cache=_JIT_CACHE)

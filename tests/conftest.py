@@ -1,5 +1,6 @@
 """Shared helpers: build tiny datasets on disk and evaluate them."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -64,3 +65,11 @@ def write_case(tmp_path, images, predictions, mode="mask", pred_name="pred.zip",
 def run_case(tmp_path, images, predictions, mode="mask", **config):
     values = write_case(tmp_path, images, predictions, mode=mode)
     return sgeval.evaluate(sgeval.make_config({**values, **config}))
+
+
+def write_train_gt(path, images):
+    """A minimal annotation file for `train_gt`: images = [(categories, relations)], all training."""
+    data = [{"image_id": f"t{index}", "segments_info": [{"id": j + 1, "category_id": c} for j, c in enumerate(cats)],
+             "relations": [list(r) for r in relations]} for index, (cats, relations) in enumerate(images)]
+    path.write_text(json.dumps({"data": data, "test_image_ids": []}))
+    return path

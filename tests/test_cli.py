@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import ROOT, cells, gt_image, pred_image, sgeval, synth, write_case
+from conftest import ROOT, cells, gt_image, pred_image, sgeval, synth, write_case, write_train_gt
 
 # Objects: 0 person, 3 grass. Predicates: 0 riding, 1 on, 2 beside, 3 holding (absent from the GT).
 A, B, C = cells(2, 8, (0, 0, 4)), cells(2, 8, (0, 4, 8)), cells(2, 8, (1, 0, 8))
@@ -190,6 +190,195 @@ def test_options_without_a_config_file(tmp_path):
     result = invoke("--quiet", "--gt", values["gt"], "--pred", values["pred"], "--gt-seg", values["gt_seg"],
                     "--k", "20")
     assert table_row(result.stdout, "R") == ["33.3"]
+
+
+# --------------------------------------------------------------------------------- newer keys
+# Objects 0 person, 1 horse, 2 dog; predicates 0 riding, 1 on (2 beside, 3 holding absent).
+STRIP = [cells(1, 8, (0, 0, 2)), cells(1, 8, (0, 2, 4)), cells(1, 8, (0, 4, 6))]
+
+
+def two_image_case(tmp_path):
+    """Image 1: G = {(0,1,riding)}, T = [(0,1,riding)]: 1/1.  Image 2: G = {(0,1,riding),
+    (0,2,riding), (1,2,on)}, T = [(0,2,riding)]: 1/3.  Training image 3: (person, horse, riding),
+    (dog, horse, riding), (horse, dog, on).
+
+    R@20: per image (1 + 1/3) / 2 = 2/3, pooled 2/4.  mR@20: riding (1 + 1/2) / 2, on 0 -> 3/8;
+    pooled riding 2/3, on 0 -> 1/3.
+    Zero-shot (training of the GT file): only (person, dog, riding) of image 2, found: zR@20 = 1.
+    IMR@1 (NG = T): as mR, 3/8; image 2 lists no 'on' triplet (short for every k), image 1 one
+    'riding' triplet (short for k >= 2).  wIMR (n_riding = 2, n_on = 1): tau 0.5 -> 3/4 * w_riding
+    = 3/4 * sqrt2 / (1 + sqrt2); tau 0 -> 3/8, IMR.
+    """
+    images = [gt_image("1", STRIP, [0, 1, 2], [[0, 1, 0]]),
+              gt_image("2", STRIP, [0, 1, 2], [[0, 1, 0], [0, 2, 0], [1, 2, 1]]),
+              gt_image("3", STRIP, [0, 1, 2], [[0, 1, 0], [2, 1, 0], [1, 2, 1]], split="train")]
+    preds = [pred_image("1", STRIP, [0, 1, 2], [[0, 1, 0]]), pred_image("2", STRIP, [0, 1, 2], [[0, 2, 0]])]
+    return write_case(tmp_path, images, preds)
+
+
+def two_image_yaml(tmp_path, **changes):
+    values = {**two_image_case(tmp_path), "k": [20], "imr_k": [1], "metrics": ["R", "mR", "zR", "IMR", "wIMR"],
+              "output": str(tmp_path / "yaml_out.json")}
+    return {**values, **changes}
+
+
+WIMR_HALF = 0.75 * 2**0.5 / (1 + 2**0.5)  # wIMR@1 of two_image_case with tau 0.5
+
+
+def comparison(stdout):
+    """The protocol comparison grid: (column names, {metric key: cells})."""
+    lines = stdout.splitlines()
+    start = lines.index("protocol comparison (same predictions, same GT):")
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith(("R@", "mR@", "ngR@", "mNgR@", "PR@", "InstR", "zR@", "IMR@", "wIMR@")):
+            break
+        rows[line.split()[0]] = line.split()[1:]
+    return lines[start + 1].split(), rows
+
+
+def test_two_image_case_defaults(tmp_path):
+    result, results = run_yaml(tmp_path, two_image_yaml(tmp_path))
+    m = results["metrics"]
+    assert (m["R@20"], m["mR@20"], m["zR@20"], m["IMR@1"]) == (pytest.approx(2 / 3, abs=1e-15), 0.375, 1.0, 0.375)
+    assert m["wIMR@1"] == pytest.approx(WIMR_HALF, abs=1e-15)
+    assert "by_protocol" not in results and "protocol comparison" not in result.stdout
+    assert "per predicate:" not in result.stdout
+    assert results["gt_relations_per_predicate"] == {"riding": 3, "on": 1}
+
+
+def test_train_gt_option_overrides_yaml(tmp_path):
+    values = two_image_yaml(tmp_path, train_gt=str(tmp_path / "missing.json"))
+    other = write_train_gt(tmp_path / "other.json", [([0, 2], [[0, 1, 0]])])  # only (person, dog, riding)
+    result, results = run_yaml(tmp_path, values, "--train-gt", other)
+    assert results["config"]["train_gt"] == str(other)
+    m = results["metrics"]
+    # Zero-shot now: image 1 {(0,1,riding)} found; image 2 {(0,1,riding), (1,2,on)} missed.
+    assert m["zR@20"] == 0.5 and table_row(result.stdout, "zR") == ["50.0"]
+    assert m["wIMR@1"] == 0.75  # n_on = 0 in this training file: riding's IMR alone
+    assert m["R@20"] == pytest.approx(2 / 3, abs=1e-15)  # only the training statistics changed
+
+
+def test_zeroshot_triplets_option_overrides_yaml(tmp_path):
+    values = two_image_yaml(tmp_path, zeroshot_triplets=str(tmp_path / "missing.csv"))
+    listed = tmp_path / "zs.csv"
+    listed.write_text("subject,object,predicate\n1,2,1\n")  # (horse, dog, on): image 2 only, missed
+    result, results = run_yaml(tmp_path, values, "--zeroshot-triplets", listed)
+    assert results["config"]["zeroshot_triplets"] == str(listed)
+    assert results["metrics"]["zR@20"] == 0.0 and table_row(result.stdout, "zR") == ["0.0"]
+    assert results["metrics"]["wIMR@1"] == pytest.approx(WIMR_HALF, abs=1e-15)  # weights still from training
+
+
+def test_protocols_option_overrides_yaml_and_adds_a_protocol(tmp_path):
+    values = base_yaml(tmp_path, protocols=["singlempo"])
+    result, results = run_yaml(tmp_path, values, "--protocols", "multimpo")
+    assert results["config"]["protocols"] == ["multimpo"]
+    assert list(results["by_protocol"]) == ["unique", "multimpo"]
+    assert results["metrics"] == results["by_protocol"]["unique"]["metrics"]  # the headline protocol
+    assert results["by_protocol"]["multimpo"]["metrics"]["R@20"] == pytest.approx(2 / 3, abs=1e-15)
+    columns, rows = comparison(result.stdout)
+    assert columns == ["unique", "multimpo"] and rows["R@20"] == ["33.3", "66.7"]
+    assert table_row(result.stdout, "R") == ["33.3"]  # the main table stays the headline protocol
+
+
+def test_protocols_equal_to_the_headline_protocol_add_nothing(tmp_path):
+    result, results = run_yaml(tmp_path, base_yaml(tmp_path), "--protocols", "unique")
+    assert "by_protocol" not in results and "protocol comparison" not in result.stdout
+
+
+def test_compare_protocols_flag_evaluates_all_three(tmp_path):
+    values = base_yaml(tmp_path, protocols=["multimpo"])
+    result, results = run_yaml(tmp_path, values, "--compare-protocols")
+    assert results["config"]["protocols"] == list(sgeval.PROTOCOLS)
+    assert list(results["by_protocol"]) == ["unique", "singlempo", "multimpo"]
+    columns, rows = comparison(result.stdout)
+    assert columns == ["unique", "singlempo", "multimpo"]
+    # singlempo (no scores, order of appearance): pred 1 joins pred 0's node, so (1,3,beside)
+    # becomes (A, B, beside) and hits, as under multimpo.
+    assert rows["R@20"] == ["33.3", "66.7", "66.7"] and set(rows) == {"R@20", "mR@20"}
+    assert [results["by_protocol"][p]["metrics"]["R@20"] for p in sgeval.PROTOCOLS] == \
+        pytest.approx([1 / 3, 2 / 3, 2 / 3], abs=1e-15)
+
+
+def test_compare_protocols_with_another_headline_protocol(tmp_path):
+    result, results = run_yaml(tmp_path, base_yaml(tmp_path), "--compare-protocols", "--protocol", "multimpo")
+    assert list(results["by_protocol"]) == ["multimpo", "unique", "singlempo"]
+    assert comparison(result.stdout)[0] == ["multimpo", "unique", "singlempo"]
+    assert table_row(result.stdout, "R") == ["66.7"]
+
+
+def test_imr_k_option_overrides_yaml(tmp_path):
+    result, results = run_yaml(tmp_path, two_image_yaml(tmp_path), "--imr-k", "1,2")
+    assert results["config"]["imr_k"] == ["1", "2"]
+    assert [key for key in results["metrics"] if "IMR" in key] == ["IMR@1", "IMR@2", "wIMR@1", "wIMR@2"]
+    assert results["imr_short_images"] == {"1": 1, "2": 2}
+    assert table_row(result.stdout, "IMR") == ["37.5", "37.5"]
+    header = result.stdout.splitlines()[result.stdout.splitlines().index(
+        next(line for line in result.stdout.splitlines() if line.startswith("IMR "))) - 1]
+    assert header.split() == ["@1", "@2"]
+
+
+def test_wimr_tau_option_overrides_yaml(tmp_path):
+    values = two_image_yaml(tmp_path, wimr_tau=0.5)
+    _, half = run_yaml(tmp_path, values)
+    result, zero = run_yaml(tmp_path, values, "--wimr-tau", "0")
+    assert half["metrics"]["wIMR@1"] == pytest.approx(WIMR_HALF, abs=1e-15) != half["metrics"]["IMR@1"]
+    assert zero["config"]["wimr_tau"] == 0.0
+    assert zero["metrics"]["wIMR@1"] == pytest.approx(zero["metrics"]["IMR@1"], abs=1e-15)
+    assert table_row(result.stdout, "wIMR") == table_row(result.stdout, "IMR") == ["37.5"]
+
+
+def test_aggregation_option_overrides_yaml(tmp_path):
+    values = two_image_yaml(tmp_path, aggregation="per_image")
+    _, per_image = run_yaml(tmp_path, values)
+    result, pooled = run_yaml(tmp_path, values, "--aggregation", "pooled")
+    assert per_image["metrics"]["R@20"] == pytest.approx(2 / 3, abs=1e-15)
+    assert pooled["metrics"]["R@20"] == 0.5
+    assert (per_image["metrics"]["mR@20"], pooled["metrics"]["mR@20"]) == (0.375, pytest.approx(1 / 3, abs=1e-15))
+    assert pooled["config"]["aggregation"] == "pooled" and "pooled aggregation" in result.stdout
+    assert table_row(result.stdout, "R") == ["50.0"] and table_row(result.stdout, "mR") == ["33.3"]
+
+
+def per_predicate_table(stdout):
+    lines = stdout.splitlines()
+    start = lines.index("per predicate:")
+    return lines[start + 1].split(), {line.split()[0]: line.split()[1:] for line in lines[start + 2:start + 4]}
+
+
+def test_per_predicate_option_prints_the_table(tmp_path):
+    result, results = run_yaml(tmp_path, two_image_yaml(tmp_path, per_predicate=False), "--per-predicate")
+    assert results["config"]["per_predicate"] is True
+    header, rows = per_predicate_table(result.stdout)
+    assert header == ["GT", "mR@20", "IMR@1"]
+    assert rows == {"riding": ["3", "75.0", "75.0"], "on": ["1", "0.0", "0.0"]}  # GT triplet counts
+    assert "absent predicates (2, not in m-type means): beside, holding" in result.stdout
+
+
+def test_per_predicate_yaml_key_and_no_per_predicate_override(tmp_path):
+    values = two_image_yaml(tmp_path, per_predicate=True)
+    result, _ = run_yaml(tmp_path, values)
+    assert "per predicate:" in result.stdout
+    result, results = run_yaml(tmp_path, values, "--no-per-predicate")
+    assert results["config"]["per_predicate"] is False and "per predicate:" not in result.stdout
+    assert "riding" not in result.stdout
+
+
+def test_short_imr_lists_warn_on_stdout(tmp_path):
+    result, results = run_yaml(tmp_path, two_image_yaml(tmp_path), "--imr-k", "1,2")
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: {text}" for text in results["warnings"]]
+    assert len(warnings) == 2
+    assert "IMR@1: 1 of 2 images" in warnings[0] and "IMR@2: 2 of 2 images" in warnings[1]
+    assert "warning" not in result.stderr
+    result, results = run_yaml(tmp_path, two_image_yaml(tmp_path), "--metrics", "R")
+    assert results["warnings"] == [] and "warning" not in result.stdout  # no IMR, no warning
+
+
+def test_help_lists_the_newer_options():
+    result = invoke("--help")
+    for option in ("--train-gt", "--zeroshot-triplets", "--protocols", "--compare-protocols", "--imr-k",
+                   "--wimr-tau", "--aggregation", "--per-predicate", "--no-per-predicate"):
+        assert option in result.output, option
 
 
 # --------------------------------------------------------------------------------- load_config

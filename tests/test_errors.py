@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tifffile
 from click.testing import CliRunner
-from conftest import cells, gt_image, pred_image, sgeval, write_case
+from conftest import cells, gt_image, pred_image, sgeval, write_case, write_train_gt
 from PIL import Image
 from test_formats import rewrite_json
 
@@ -731,6 +731,61 @@ def test_config_problems_are_collected(tmp_path):
     assert len(problems) == 6, problems  # gt, pred, k, metrics, protocol, workers
 
 
+@pytest.mark.parametrize("aggregation", ["mean", "", None, "POOLED", ["pooled"]])
+def test_config_bad_aggregation(tmp_path, aggregation):
+    problem = only(config_problems({**case(tmp_path), "aggregation": aggregation}), "config", None, "aggregation")
+    assert "per_image" in problem and "pooled" in problem
+
+
+@pytest.mark.parametrize("protocols, bad", [(["unique", "bogus"], "bogus"), ("singlempo,bogus", "bogus"),
+                                            (["MultiMPO"], "MultiMPO"), ("unique, single", "single")])
+def test_config_unknown_protocol_in_protocols(tmp_path, protocols, bad):
+    problem = only(config_problems({**case(tmp_path), "protocols": protocols}), "config", None, "protocol",
+                   f"'{bad}'")
+    assert all(name in problem for name in sgeval.PROTOCOLS)
+
+
+@pytest.mark.parametrize("imr_k", [["x1"], ["0"], ["-2"], ["1.5"], ["ten"], [True], "x10"])
+def test_config_bad_imr_k(tmp_path, imr_k):
+    bad = imr_k if isinstance(imr_k, str) else str(imr_k[0])
+    values = {**case(tmp_path), "imr_k": ["10", *imr_k] if isinstance(imr_k, list) else imr_k}
+    only(config_problems(values), "config", None, "imr_k", f"'{bad}'", "positive integer")
+
+
+@pytest.mark.parametrize("imr_k", [[], "", " , "])
+def test_config_empty_imr_k(tmp_path, imr_k):
+    only(config_problems({**case(tmp_path), "imr_k": imr_k}), "config", None, "imr_k")
+
+
+@pytest.mark.parametrize("tau", [-0.1, 1.5, "half", "0.5", None, True, float("nan"), float("inf")])
+def test_config_bad_wimr_tau(tmp_path, tau):
+    problem = only(config_problems({**case(tmp_path), "wimr_tau": tau}), "config", None, "wimr_tau")
+    assert re.search(r"\[0(\.0)?, 1(\.0)?\]", problem), problem  # the closed range [0, 1]
+
+
+def test_config_wimr_tau_bounds_are_valid(tmp_path):
+    for tau in (0, 1, 0.0, 1.0):
+        assert sgeval.make_config({**case(tmp_path), "wimr_tau": tau}).wimr_tau == tau
+
+
+def test_config_iou_threshold_message_states_the_range(tmp_path):
+    problem = only(config_problems({**case(tmp_path), "iou_threshold": 0}), "config", None, "iou_threshold")
+    assert "(0, 1]" in problem, problem  # not an internal bound such as "[1e-09, 1.0]"
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None])
+def test_config_per_predicate_not_a_boolean(tmp_path, value):
+    only(config_problems({**case(tmp_path), "per_predicate": value}), "config", None, "per_predicate", "true")
+
+
+def test_config_newer_key_problems_are_collected(tmp_path):
+    problems = config_problems({**case(tmp_path), "aggregation": "mean", "protocols": ["bogus"], "imr_k": "x1",
+                                "wimr_tau": 2, "per_predicate": "yes"})
+    assert len(problems) == 5, problems
+    for key in ("aggregation", "protocol", "imr_k", "wimr_tau", "per_predicate"):
+        assert matching(problems, "config", None, key), key
+
+
 def write_yaml(tmp_path, text, name="config.yaml"):
     path = tmp_path / name
     path.write_text(text)
@@ -768,6 +823,179 @@ def test_config_unknown_yaml_key_names_the_file(tmp_path):
         sgeval.load_config(path)
     problem = only(checked(info.value), path, None, "'iou'")
     assert "iou_threshold" in problem
+
+
+# --------------------------------------------------------------------------------- zero-shot list
+
+
+def zeroshot_problems(tmp_path, name, content):
+    """Problems of an evaluation whose zero-shot file `name` holds content (str or bytes)."""
+    values = case(tmp_path)
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path, problems_of(values, zeroshot_triplets=str(path))
+
+
+def test_zeroshot_valid_files_are_accepted(tmp_path):
+    for name, content in (("a.csv", "subject,object,predicate\n0,3,0\n1,4,2\n"), ("b.csv", "0;3;0\n"),
+                          ("c.json", "[[0, 3, 0], [1, 4, 2]]")):
+        path = tmp_path / name
+        path.write_text(content)
+        result = sgeval.evaluate(sgeval.make_config({**case(tmp_path / path.stem), "zeroshot_triplets": str(path),
+                                                     "metrics": ["zR"], "k": ["20"]}))
+        assert result["metrics"]["zR@20"] == 1.0
+
+
+def test_zeroshot_file_missing(tmp_path):
+    path = tmp_path / "missing.csv"
+    only(problems_of(case(tmp_path), zeroshot_triplets=str(path)), path, None, "zero-shot")
+
+
+def test_zeroshot_path_is_a_directory(tmp_path):
+    (tmp_path / "zs").mkdir()
+    only(problems_of(case(tmp_path), zeroshot_triplets=str(tmp_path / "zs")), tmp_path / "zs", None, "zero-shot")
+
+
+@pytest.mark.parametrize("content", ["[[0, 3, 0]", "", b"\xff\xfe[[0, 3, 0]]"], ids=["truncated", "empty", "binary"])
+def test_zeroshot_malformed_json(tmp_path, content):
+    path, problems = zeroshot_problems(tmp_path, "zs.json", content)
+    only(problems, path, None, "zero-shot")
+
+
+@pytest.mark.parametrize("content, row", [
+    ("0,3,0\n0,3\n", 1), ("0,3,0,1\n", 0), ("0,3,0\n0\n", 1), ("0,3,0\n0,3,0,2\n", 1)],
+    ids=["2-columns", "4-columns", "1-column", "4-columns-later"])
+def test_zeroshot_csv_row_with_wrong_column_count(tmp_path, content, row):
+    path, problems = zeroshot_problems(tmp_path, "zs.csv", content)
+    only(problems, path, None, f"line {row + 1}")  # CSV problems name the file's line
+
+
+def test_zeroshot_csv_bad_row_after_a_header_is_findable(tmp_path):
+    path, problems = zeroshot_problems(tmp_path, "zs.csv", "subject,object,predicate\n0,3,0\n0,3\n")
+    problem = only(problems, path)
+    assert "line 3" in problem or "row 1" in problem, problem  # the file's third line, second data row
+
+
+@pytest.mark.parametrize("name, content, row", [
+    ("zs.csv", "0,3,0\n0,5,0\n", 1), ("zs.csv", "4,3,4\n", 0), ("zs.csv", "-1,3,0\n", 0),
+    ("zs.json", "[[0, 3, 0], [0, 3, 9]]", 1)], ids=["object", "predicate", "negative", "json"])
+def test_zeroshot_row_outside_the_vocabulary(tmp_path, name, content, row):
+    path, problems = zeroshot_problems(tmp_path, name, content)
+    only(problems, path, None, f"line {row + 1}" if name.endswith(".csv") else f"row {row}", "vocabulary")
+
+
+@pytest.mark.parametrize("name, content", [
+    ("zs.csv", "0,3,0\n0,3.5,0\n"), ("zs.csv", "0,3,0\n0,grass,0\n"), ("zs.json", "[[0, 3, 0], [0, 3, 0.5]]"),
+    ("zs.json", "[[0, 3, 0], [0, 3, true]]"), ("zs.json", "[[0, 3, 0], [0, 3]]"), ("zs.json", "[[0, 3, 0], null]"),
+    ("zs.json", "[[0, 3, 0], \"030\"]")],
+    ids=["csv-float", "csv-name", "json-float", "json-bool", "json-short", "json-null", "json-string"])
+def test_zeroshot_non_integer_row(tmp_path, name, content):
+    path, problems = zeroshot_problems(tmp_path, name, content)
+    only(problems, path, None, "line 2" if name.endswith(".csv") else "row 1")
+
+
+@pytest.mark.parametrize("content", ["{\"triplets\": [[0, 3, 0]]}", "7"], ids=["object", "number"])
+def test_zeroshot_json_not_a_list_of_rows(tmp_path, content):
+    path, problems = zeroshot_problems(tmp_path, "zs.json", content)
+    only(problems, path)
+
+
+@pytest.mark.parametrize("name, content", [("zs.csv", ""), ("zs.csv", "subject,object,predicate\n"),
+                                           ("zs.json", "[]"), ("zs.txt", "[[0, 3, 0]]")],
+                         ids=["empty", "header-only", "empty-list", "json-in-txt"])
+def test_zeroshot_file_without_any_triplet(tmp_path, name, content):
+    """A zero-shot list that yields no triplet leaves zR undefined everywhere: say so, do not guess."""
+    path, problems = zeroshot_problems(tmp_path, name, content)
+    only(problems, path)
+
+
+# --------------------------------------------------------------------------------- training split
+
+
+def train_problems(tmp_path, data):
+    """Problems of an evaluation whose train_gt holds data (JSON-encoded unless str)."""
+    path = tmp_path / "train.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path, problems_of(case(tmp_path), train_gt=str(path))
+
+
+def test_train_gt_valid_file_is_accepted(tmp_path):
+    path = write_train_gt(tmp_path / "train.json", [([0, 3], [[0, 1, 0]])])  # (person, grass, riding)
+    result = sgeval.evaluate(sgeval.make_config({**case(tmp_path), "train_gt": str(path), "metrics": ["zR"],
+                                                 "k": ["20"]}))
+    assert result["metrics"]["zR@20"] == 1.0  # image 101 keeps (0,2,riding) out of its zero-shot set
+    assert result["images"]["evaluated"] == 3
+
+
+def test_train_gt_missing(tmp_path):
+    path = tmp_path / "missing.json"
+    only(problems_of(case(tmp_path), train_gt=str(path)), path, None, "training")
+
+
+@pytest.mark.parametrize("content", ["{\"data\": [", "", "\x00\x01"], ids=["truncated", "empty", "binary"])
+def test_train_gt_malformed_json(tmp_path, content):
+    path, problems = train_problems(tmp_path, content)
+    only(problems, path, None, "training")
+
+
+@pytest.mark.parametrize("data", [{"test_image_ids": []}, [], {"data": "t0"}, {"data": ["t0"]}],
+                         ids=["no-data", "list", "data-string", "data-of-strings"])
+def test_train_gt_without_a_data_list(tmp_path, data):
+    path, problems = train_problems(tmp_path, data)
+    only(problems, path, None, "field", "'data'")  # as for the GT file: names the field, no Python internals
+
+
+@pytest.mark.parametrize("relation", [[0, 2, 0], [2, 0, 0], [0, 1, 4], [0, -1, 0]],
+                         ids=["object", "subject", "predicate", "negative"])
+def test_train_gt_relation_out_of_range(tmp_path, relation):
+    path = write_train_gt(tmp_path / "train.json", [([0, 3], [[0, 1, 0]]), ([0, 3], [[0, 1, 1], relation])])
+    problem = only(problems_of(case(tmp_path), train_gt=str(path)), path, "t1", "relation", "out of range")
+    assert str(relation) in problem
+
+
+@pytest.mark.parametrize("relation", [[0, 1, 0.5], [0, 1]], ids=["float", "short"])
+def test_train_gt_relation_not_three_integers(tmp_path, relation):
+    path = write_train_gt(tmp_path / "train.json", [([0, 3], [relation])])
+    only(problems_of(case(tmp_path), train_gt=str(path)), path, "t0", "relation")
+
+
+def test_train_gt_category_outside_the_vocabulary(tmp_path):
+    path = write_train_gt(tmp_path / "train.json", [([0, 5], [[0, 1, 0]])])
+    only(problems_of(case(tmp_path), train_gt=str(path)), path, "t0", "category")
+
+
+def test_train_gt_problems_of_several_images_are_collected(tmp_path):
+    path = write_train_gt(tmp_path / "train.json", [([0, 3], [[0, 7, 0]]), ([0, 3], [[0, 1, 0]]), ([9], [])])
+    problems = checked(pytest.raises(sgeval.SGEvalError, sgeval.evaluate,
+                                     sgeval.make_config({**case(tmp_path), "train_gt": str(path)})).value)
+    assert len(problems) == 2 and matching(problems, path, "t0") and matching(problems, path, "t2"), problems
+
+
+# --------------------------------------------------------------------------------- instance scores
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "0.9", True, [0.5]],
+                         ids=["nan", "inf", "string", "bool", "list"])
+@pytest.mark.parametrize("spelling", ["instances", "parallel"])
+def test_pred_bad_score(tmp_path, score, spelling):
+    values = case(tmp_path)
+
+    def edit(data):
+        pred = record(data, "102")
+        scores = [0.9, score]
+        if spelling == "instances":
+            for instance, value in zip(pred["instances"], scores):
+                instance["score"] = value
+        else:
+            instances = pred.pop("instances")
+            pred.update(categories=[i["category"] for i in instances], bboxes=[i["bbox"] for i in instances],
+                        scores=scores)
+
+    rewrite_json(values["pred"], edit)
+    only(problems_of(values, protocol="singlempo"), values["pred"], "102", "instance 1", "score")
 
 
 # --------------------------------------------------------------------------------- the CLI
@@ -837,9 +1065,48 @@ def no_gt_no_pred(tmp_path):
     return None, {}, 2
 
 
+def bad_newer_options(tmp_path):
+    return None, {**case(tmp_path), "imr_k": "x1,0", "wimr_tau": "1.5", "protocols": "unique,bogus"}, 4
+
+
+def bad_newer_yaml_keys(tmp_path):
+    values = case(tmp_path)
+    text = (f"gt: {values['gt']}\npred: {values['pred']}\naggregation: mean\nper_predicate: \"yes\"\n"
+            "wimr_tau: half\nprotocols: [unique, singlempo, bogus]\n")
+    return write_yaml(tmp_path, text), {}, 4
+
+
+def zeroshot_two_columns(tmp_path):
+    (tmp_path / "zs.csv").write_text("0,3,0\n0,3\n")
+    return None, {**case(tmp_path), "zeroshot_triplets": str(tmp_path / "zs.csv")}, 1
+
+
+def zeroshot_malformed_json(tmp_path):
+    (tmp_path / "zs.json").write_text("[[0, 3, 0]")
+    return None, {**case(tmp_path), "zeroshot_triplets": str(tmp_path / "zs.json")}, 1
+
+
+def train_gt_missing(tmp_path):
+    return None, {**case(tmp_path), "train_gt": str(tmp_path / "missing.json")}, 1
+
+
+def train_gt_relation_out_of_range(tmp_path):
+    path = write_train_gt(tmp_path / "train.json", [([0, 3], [[0, 2, 0]])])
+    return None, {**case(tmp_path), "train_gt": str(path)}, 1
+
+
+def nan_score(tmp_path):
+    values = case(tmp_path)
+    rewrite_json(values["pred"], lambda data: record(data, "101")["instances"][0].update(score=float("nan")))
+    return None, values, 1
+
+
 @pytest.mark.parametrize("build", [broken_gt_json, gt_relation_out_of_range, corrupt_tiff, corrupt_zip,
                                    several_prediction_problems, several_mask_problems, bad_options,
-                                   unknown_yaml_key, malformed_yaml, missing_yaml, no_gt_no_pred],
+                                   unknown_yaml_key, malformed_yaml, missing_yaml, no_gt_no_pred,
+                                   bad_newer_options, bad_newer_yaml_keys, zeroshot_two_columns,
+                                   zeroshot_malformed_json, train_gt_missing, train_gt_relation_out_of_range,
+                                   nan_score],
                          ids=lambda build: build.__name__)
 def test_cli_reports_one_error_line_per_problem(tmp_path, build):
     config_path, options, n_problems = build(tmp_path)
@@ -851,3 +1118,14 @@ def test_cli_reports_one_error_line_per_problem(tmp_path, build):
     for key, value in options.items():
         args += [f"--{key.replace('_', '-')}", value]
     assert_cli_fails(args, problems)
+
+
+@pytest.mark.parametrize("option, value", [("--aggregation", "mean"), ("--wimr-tau", "half"),
+                                           ("--protocol", "bogus"), ("--iou-threshold", "x")])
+def test_cli_option_of_the_wrong_type_is_a_usage_error(tmp_path, option, value):
+    """click checks typed options before sgeval sees them: a usage error, no traceback."""
+    values = case(tmp_path)
+    result = CliRunner().invoke(sgeval.main, ["--quiet", "--gt", values["gt"], "--pred", values["pred"], option, value])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert option in result.stderr and value in result.stderr

@@ -100,3 +100,60 @@ def test_pack_round_trip():
     assert packed.dtype == np.uint64 and packed.shape == (3, 2)
     unpacked = np.unpackbits(packed.view(np.uint8), axis=1)[:, : 7 * 11].reshape(3, 7, 11)
     np.testing.assert_array_equal(unpacked.astype(bool), masks)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pack_segments_matches_py_func_and_numpy(seed):
+    rng = np.random.default_rng(seed)
+    height, width = rng.integers(1, 30, size=2)
+    ids = rng.choice([0, 7, 70000, 2**24 - 1, 300], size=(height, width))
+    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
+    segments = np.array([300, 7, 2**24 - 1, 12345], np.int64)  # 12345 has no pixels
+    fast = sgeval.pack_segments(rgb, segments)
+    np.testing.assert_array_equal(fast, sgeval.pack_segments.py_func(rgb, segments))
+    expected = np.packbits((ids[None] == segments[:, None, None]).reshape(4, -1), axis=1)
+    np.testing.assert_array_equal(fast, expected)
+
+
+def tiff_bytes(masks, **options):
+    import io
+    import warnings
+
+    import tifffile
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tifffile.imwrite(buffer, masks, **options)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("options, direct", [
+    ({"photometric": "minisblack", "compression": "adobe_deflate"}, True),
+    ({"photometric": "minisblack", "compression": "deflate", "rowsperstrip": 3}, True),
+    ({"photometric": "minisblack"}, True),
+    ({"photometric": "minisblack", "byteorder": ">", "compression": "adobe_deflate"}, True),
+    ({"photometric": "minisblack", "compression": "lzw"}, False),
+    ({"photometric": "minisblack", "bigtiff": True}, False),
+    ({"photometric": "minisblack", "tile": (16, 16)}, False),
+])
+@pytest.mark.parametrize("dtype", [bool, np.uint8])
+@pytest.mark.parametrize("width", [24, 21])
+def test_strip_reader_matches_tifffile(options, direct, dtype, width):
+    """The direct strip reader and the tifffile fallback give the same packed masks."""
+    rng = np.random.default_rng(width)
+    masks = rng.random((5, 17, width)) < 0.3
+    data = tiff_bytes(masks if dtype is bool else masks.astype(np.uint8) * 200, **options)
+    pages = sgeval._tiff_pages(data)
+    assert (pages is not None) == direct
+    record = sgeval.PredImage("1", np.zeros(5, np.int64), None, None, None, None, "m.tiff")
+
+    class Source:
+        path = "pred.zip"
+
+        def read(self, name):
+            return data
+
+    packed = sgeval.load_pred_masks(Source(), record, 17, width)
+    np.testing.assert_array_equal(packed, sgeval._pack(masks))
+    layers = sgeval._tifffile_layers(data, 17, width, "where")
+    np.testing.assert_array_equal(layers, masks)
