@@ -751,8 +751,10 @@ def load_pred_masks(source, record, height, width):
                 if (tags["height"][0], tags["width"][0]) != (height, width):
                     raise SGEvalError([f"{where}: mask size ({tags['height'][0]}, {tags['width'][0]}) "
                                        f"differs from the GT image size ({height}, {width})"])
-            packed = [_read_strips(data, tags, height, width) for tags in pages]
-            layers = np.stack(packed) if packed else np.zeros((0, 1), np.uint8)
+            layers = np.zeros((len(pages), -(-height * width // 64) * 8), np.uint8)
+            for row, tags in zip(layers, pages):
+                packed = _read_strips(data, tags, height, width)
+                row[: len(packed)] = packed
         else:
             layers = np.packbits(_tifffile_layers(data, height, width, where).reshape(-1, height * width), axis=1)
     except SGEvalError:
@@ -761,7 +763,7 @@ def load_pred_masks(source, record, height, width):
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
     if len(layers) != len(record.categories):
         raise SGEvalError([f"{where}: {len(layers)} masks for {len(record.categories)} instances"])
-    return _pad_words(layers)
+    return _pad_words(layers) if layers.shape[1] % 8 else layers.view(np.uint64)
 
 
 def _tifffile_layers(data, height, width, where):
@@ -886,11 +888,31 @@ def mask_iou(gt_bits_GW, gt_cat_G, pred_bits_PW, pred_cat_P):
         for g in range(gt_bits_GW.shape[0]):
             if pred_cat_P[p] != gt_cat_G[g]:
                 continue
-            inter = 0
-            for w in range(max(gt_first[g], pred_first[p]), min(gt_stop[g], pred_stop[p])):
-                inter += popcount64(gt_bits_GW[g, w] & pred_bits_PW[p, w])
-            union = gt_area[g] + pred_area[p] - inter
-            iou[p, g] = inter / union if union > 0 else 0.0
+            iou[p, g] = _iou(gt_bits_GW[g], pred_bits_PW[p], gt_area[g], pred_area[p],
+                             max(gt_first[g], pred_first[p]), min(gt_stop[g], pred_stop[p]))
+    return iou
+
+
+@numba.njit(cache=_JIT_CACHE)
+def _iou(a_W, b_W, area_a, area_b, start, stop):
+    """IoU of two packed masks whose common non-zero words lie in [start, stop)."""
+    inter = 0
+    for w in range(start, stop):
+        inter += popcount64(a_W[w] & b_W[w])
+    union = area_a + area_b - inter
+    return inter / union if union > 0 else 0.0
+
+
+@numba.njit(cache=_JIT_CACHE)
+def self_iou(bits_PW):
+    """Symmetric IoU (P, P) of every pair of packed masks, categories ignored (1.0 on the diagonal
+    unless the mask is empty)."""
+    area, first, stop = mask_extents(bits_PW)
+    iou = np.zeros((bits_PW.shape[0], bits_PW.shape[0]))
+    for i in range(bits_PW.shape[0]):
+        for j in range(i + 1):
+            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], area[i], area[j],
+                                         max(first[i], first[j]), min(stop[i], stop[j]))
     return iou
 
 
@@ -1157,7 +1179,7 @@ def _evaluate_image(task):
         if mode == "mask":
             gt_bits, bits = load_gt_masks(gt), load_pred_masks(source, pred, gt.height, gt.width)
             iou = mask_iou(gt_bits, gt.categories, bits, pred.categories)
-            iou_pp = mask_iou(bits, no_category, bits, no_category)
+            iou_pp = self_iou(bits)
         else:
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
             iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((n_pred, 0), np.uint64)

@@ -157,3 +157,15 @@ def test_strip_reader_matches_tifffile(options, direct, dtype, width):
     np.testing.assert_array_equal(packed, sgeval._pack(masks))
     layers = sgeval._tifffile_layers(data, 17, width, "where")
     np.testing.assert_array_equal(layers, masks)
+
+
+def test_self_iou_matches_mask_iou_and_py_func():
+    rng = np.random.default_rng(5)
+    masks = rng.random((9, 7, 13)) < 0.3
+    masks[3] = False
+    masks[4] = masks[1]
+    bits, zeros = sgeval._pack(masks), np.zeros(9, np.int64)
+    fast = sgeval.self_iou(bits)
+    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros))
+    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits))
+    assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
