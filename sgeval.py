@@ -154,6 +154,8 @@ class Config:
     absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means
     aggregation: str = "per_image"  # per_image | pooled
     per_predicate: bool = False  # print the per-predicate table
+    audit: bool = True  # protocol audit (decodes every mask; off: unique / multimpo skip masks
+    #                     whose category is absent from the image's GT)
     workers: int = 1  # processes decoding and matching images
     output: str | None = None  # JSON results file
     convert: dict | None = None  # raw model output to convert first (convert/ and `make eval`)
@@ -227,8 +229,8 @@ def make_config(values, source="config"):
         workers = int(workers)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         problems.append(f"{source}: workers must be a positive integer")
-    if not isinstance(merged["per_predicate"], bool):
-        problems.append(f"{source}: per_predicate must be true or false")
+    problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
+                 if not isinstance(merged[key], bool)]
     if merged["convert"] is not None and not isinstance(merged["convert"], dict):
         problems.append(f"{source}: convert must be a mapping (family, raw, ...) or empty")
     text_or_none = lambda v: None if v in (None, "") else str(v)  # noqa: E731
@@ -241,7 +243,7 @@ def make_config(values, source="config"):
         iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0.0, 1.0, source, problems, open_low=True),
         wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0.0, 1.0, source, problems),
         absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
-        per_predicate=merged["per_predicate"], workers=workers, convert=merged["convert"])
+        per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers, convert=merged["convert"])
     if problems:
         raise SGEvalError(problems)
     return Config(**config)
@@ -740,8 +742,9 @@ def _read_strips(data, tags, height, width):
     return np.packbits(pixels.reshape(-1) != 0)
 
 
-def load_pred_masks(source, record, height, width):
-    """Bit-packed (P, W) masks of one prediction from its TIFF (pages or 3-D page layers)."""
+def load_pred_masks(source, record, height, width, needed=None):
+    """Bit-packed (P, W) masks of one prediction from its TIFF (pages or 3-D page layers).
+    needed: optional (P,) bool; pages not needed are left empty when the strip reader is used."""
     where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
     try:
         data = source.read(record.seg_filename)
@@ -752,9 +755,10 @@ def load_pred_masks(source, record, height, width):
                     raise SGEvalError([f"{where}: mask size ({tags['height'][0]}, {tags['width'][0]}) "
                                        f"differs from the GT image size ({height}, {width})"])
             layers = np.zeros((len(pages), -(-height * width // 64) * 8), np.uint8)
-            for row, tags in zip(layers, pages):
-                packed = _read_strips(data, tags, height, width)
-                row[: len(packed)] = packed
+            for index, (row, tags) in enumerate(zip(layers, pages)):
+                if needed is None or index >= len(needed) or needed[index]:
+                    packed = _read_strips(data, tags, height, width)
+                    row[: len(packed)] = packed
         else:
             layers = np.packbits(_tifffile_layers(data, height, width, where).reshape(-1, height * width), axis=1)
     except SGEvalError:
@@ -1166,40 +1170,45 @@ def _audit(pred, iou_PP, node_of, n_nodes, merged_triplets):
 
 
 def _evaluate_image(task):
-    """Worker: one image under every protocol -> ({protocol: counts}, audit, problems)."""
-    gt, pred, source, (mode, protocols, threshold, k_labels, imr_labels, n_predicates) = task
+    """Worker: one image under every protocol -> ({protocol: counts}, audit or None, problems)."""
+    gt, pred, source, (mode, protocols, threshold, k_labels, imr_labels, n_predicates, audit) = task
     count = lambda mapping, T, T_ng, graph: image_counts(  # noqa: E731
         gt.relations, gt.zeroshot, len(gt.categories), mapping, T, T_ng, k_labels, imr_labels,
         n_predicates, graph)
+    no_audit = [0] * len(AUDIT_FIELDS) if audit else None
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         none = np.zeros(0, np.int64)
-        return {p: count(none, _NO_TRIPLETS, _NO_TRIPLETS, True) for p in protocols}, [0] * len(AUDIT_FIELDS), []
-    n_pred, no_category = len(pred.categories), np.zeros(len(pred.categories), np.int64)
+        return {p: count(none, _NO_TRIPLETS, _NO_TRIPLETS, True) for p in protocols}, no_audit, []
+    merge = audit or "singlempo" in protocols  # needs every mask; else only GT categories matter
+    needed = None if merge else np.isin(pred.categories, gt.categories)
     try:
-        if mode == "mask":
-            gt_bits, bits = load_gt_masks(gt), load_pred_masks(source, pred, gt.height, gt.width)
-            iou = mask_iou(gt_bits, gt.categories, bits, pred.categories)
-            iou_pp = self_iou(bits)
-        else:
+        if mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
-            iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((n_pred, 0), np.uint64)
+        else:
+            bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
+            gt_bits = load_gt_masks(gt) if needed is None or needed.any() else None
+            iou = (mask_iou(gt_bits, gt.categories, bits, pred.categories) if gt_bits is not None
+                   else np.full((len(pred.categories), len(gt.categories)), -1.0))
     except SGEvalError as error:
         return None, None, error.problems
-    node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, merge_order(pred), MERGE_IOU,
-                                                         mode == "mask")
+    counts = {protocol: count(MATCHERS[protocol](iou, threshold), pred.triplets, pred.ng_triplets,
+                              protocol != "multimpo") for protocol in protocols if protocol != "singlempo"}
+    if not merge:
+        return counts, no_audit, []
+    if mode == "mask":
+        iou_pp = self_iou(bits)
+    else:
+        no_category = np.zeros(len(pred.categories), np.int64)
+        iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
+    node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, merge_order(pred), MERGE_IOU, mode == "mask")
     merged_T = remap_to_nodes(pred.triplets, node_of)
-    counts = {}
-    for protocol in protocols:
-        if protocol == "singlempo":
-            node_categories = pred.categories[source_of_node]
-            node_iou = (mask_iou(gt_bits, gt.categories, node_bits, node_categories) if mode == "mask"
-                        else iou[source_of_node])
-            counts[protocol] = count(match_unique(node_iou, threshold), merged_T,
-                                     remap_to_nodes(pred.ng_triplets, node_of), True)
-        else:
-            counts[protocol] = count(MATCHERS[protocol](iou, threshold), pred.triplets, pred.ng_triplets,
-                                     protocol != "multimpo")
-    return counts, _audit(pred, iou_pp, node_of, len(source_of_node), merged_T), []
+    if "singlempo" in protocols:
+        node_categories = pred.categories[source_of_node]
+        node_iou = mask_iou(gt_bits, gt.categories, node_bits, node_categories) if mode == "mask" else iou[source_of_node]
+        counts["singlempo"] = count(match_unique(node_iou, threshold), merged_T,
+                                    remap_to_nodes(pred.ng_triplets, node_of), True)
+    counts = {protocol: counts[protocol] for protocol in protocols}  # in the configured order
+    return counts, _audit(pred, iou_pp, node_of, len(source_of_node), merged_T) if audit else None, []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1335,7 +1344,7 @@ def evaluate(config, progress=None):
                     image.categories[image.relations[:, 1]].tolist(), image.relations[:, 2].tolist())
         image.zeroshot = np.array([t in given if given is not None else t not in training[0] for t in types])
     source, predictions = read_predictions(config.pred, n_objects, len(names), mode)
-    static = (mode, protocols, config.iou_threshold, config.k, config.imr_k, len(names))
+    static = (mode, protocols, config.iou_threshold, config.k, config.imr_k, len(names), config.audit)
     tasks = [(image, predictions.get(image.image_id), source, static) for image in gt.images]
     per_image, audits, problems = {p: [] for p in protocols}, [], []
     try:
@@ -1361,7 +1370,6 @@ def evaluate(config, progress=None):
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
                               for key, values in per_predicate.items()}}
-    audit_II = np.array(audits, np.int64).reshape(-1, len(AUDIT_FIELDS))
     short = stacked[config.protocol]["imr_short"].sum(axis=0)
     results = {
         "sgeval_version": __version__,
@@ -1377,13 +1385,7 @@ def evaluate(config, progress=None):
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in
                                        enumerate(stacked[config.protocol]["gt_rel"].sum(axis=0)) if n},
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
-        "protocol_audit": {
-            **{field: int(total) for field, total in zip(AUDIT_FIELDS, audit_II.sum(axis=0))},
-            "per_image_mean": {field: float(value) for field, value in
-                               zip(AUDIT_FIELDS, audit_II.mean(axis=0) if len(audit_II) else [0.0] * len(AUDIT_FIELDS))},
-            "per_image": {image.image_id: dict(zip(AUDIT_FIELDS, map(int, row)))
-                          for image, row in zip(gt.images, audit_II)},
-        },
+        "protocol_audit": _audit_report(audits, gt.images) if config.audit else None,
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
@@ -1396,6 +1398,15 @@ def evaluate(config, progress=None):
         Path(config.output).write_text(json.dumps(results, indent=1) + "\n")
         log.info("wrote %s", config.output)
     return results
+
+
+def _audit_report(audits, images):
+    """Totals, per-image means and per-image rows of the audit counts."""
+    audit_II = np.array(audits, np.int64).reshape(-1, len(AUDIT_FIELDS))
+    means = audit_II.mean(axis=0) if len(audit_II) else np.zeros(len(AUDIT_FIELDS))
+    return {**{field: int(total) for field, total in zip(AUDIT_FIELDS, audit_II.sum(axis=0))},
+            "per_image_mean": {field: float(value) for field, value in zip(AUDIT_FIELDS, means)},
+            "per_image": {image.image_id: dict(zip(AUDIT_FIELDS, map(int, row))) for image, row in zip(images, audit_II)}}
 
 
 def _fmt(value, key=""):
@@ -1440,9 +1451,9 @@ def format_table(results):
         rule = "counted as 0" if config["absent_predicates"] == "zero" else "not in m-type means"
         lines.append(f"absent predicates ({len(results['absent_predicates'])}, {rule}): "
                      + ", ".join(results["absent_predicates"]))
-    audit = results["protocol_audit"]["per_image_mean"]
-    lines.append("protocol audit (per image): " + ", ".join(
-        f"{field.replace('_', ' ')} {value:.2f}" for field, value in audit.items()))
+    if results["protocol_audit"] is not None:
+        lines.append("protocol audit (per image): " + ", ".join(
+            f"{field.replace('_', ' ')} {value:.2f}" for field, value in results["protocol_audit"]["per_image_mean"].items()))
     lines += [f"warning: {text}" for text in results["warnings"]]
     return "\n".join(lines)
 
@@ -1470,6 +1481,7 @@ def format_table(results):
 @click.option("--absent-predicates", type=click.Choice(["skip", "zero"]), help="Absent predicates in m-type means.")
 @click.option("--aggregation", type=click.Choice(["per_image", "pooled"]), help="Mean of per-image values or pooled counts.")
 @click.option("--per-predicate/--no-per-predicate", default=None, help="Print the per-predicate table.")
+@click.option("--audit/--no-audit", default=None, help="Protocol audit (default on; off skips masks of absent categories).")
 @click.option("--workers", type=int, help="Worker processes (default 1).")
 @click.option("--output", help="Write the JSON results here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")

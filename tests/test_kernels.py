@@ -155,6 +155,10 @@ def test_strip_reader_matches_tifffile(options, direct, dtype, width):
 
     packed = sgeval.load_pred_masks(Source(), record, 17, width)
     np.testing.assert_array_equal(packed, sgeval._pack(masks))
+    needed = np.array([True, False, True, False, True])
+    partial = sgeval.load_pred_masks(Source(), record, 17, width, needed)
+    np.testing.assert_array_equal(partial[needed], packed[needed])
+    assert not partial[~needed].any() or not direct  # skipped pages stay empty (strip reader only)
     layers = sgeval._tifffile_layers(data, 17, width, "where")
     np.testing.assert_array_equal(layers, masks)
 

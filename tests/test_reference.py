@@ -77,3 +77,15 @@ def test_random_cases_are_not_trivial(tmp_path):
     assert 0 < result["imr_short_images"]["2"] < images["evaluated"]
     audit = result["protocol_audit"]
     assert all(audit[key] > 0 for key in sgeval.AUDIT_FIELDS if key != "dropped_instances")
+
+
+@pytest.mark.parametrize("with_masks", [True, False], ids=["mask", "box"])
+def test_audit_off_skips_work_not_results(tmp_path, with_masks):
+    """Without the audit, unique / multimpo decode only masks of GT categories: same numbers."""
+    _, _, values = random_case(tmp_path, 1, with_masks)
+    protocols = {"protocol": "unique", "protocols": ["multimpo"]}
+    full = sgeval.evaluate(sgeval.make_config({**values, **protocols}))
+    quick = sgeval.evaluate(sgeval.make_config({**values, **protocols, "audit": False}))
+    assert quick["protocol_audit"] is None and full["protocol_audit"]["duplicate_instances"] > 0
+    assert quick["by_protocol"] == full["by_protocol"]
+    assert "protocol audit" not in sgeval.format_table(quick)
