@@ -81,7 +81,8 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
 * Protocol audit, per image and in total: repeated triplets and repeated pairs of ``triplets``,
   self-pairs, duplicate instances (an earlier instance of the same category with IoU >= 0.5),
   instances absorbed and dropped by the SingleMPO merge, and relations that repeat a node pair
-  after the merge (what SingleMPO's graph constraint removes).
+  after the merge (what SingleMPO's graph constraint removes). ``audit: false`` leaves it out, and
+  then ``unique`` / ``multimpo`` skip decoding masks whose category is absent from the GT image.
 * An evaluated image without a prediction record counts with zero hits; records for images that
   are not evaluated are ignored and counted as ``extra_predictions``.
 
