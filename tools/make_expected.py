@@ -1,0 +1,45 @@
+"""Write tests/data/demo_expected.json: the demo data's results, the regression oracle of
+tests/test_expected.py.
+
+    python tools/make_expected.py
+
+The stored file was made by the evaluator as it was before the speed work (commit 7d2e287); it
+must only be regenerated for a deliberate change of the demo data or of a metric definition,
+and the commit doing so must say why.
+"""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import sgeval  # noqa: E402
+from tools import make_demo  # noqa: E402
+
+EXPECTED = REPO_ROOT / "tests" / "data" / "demo_expected.json"
+
+
+def demo_results(out, workers=1):
+    """{"mode/aggregation": results subset} for every protocol, on demo data written to out."""
+    gt, pred = make_demo.make_demo(out)
+    results = {}
+    for mode in ("mask", "box"):
+        values = {"gt": str(gt), "pred": str(pred), "protocols": list(sgeval.PROTOCOLS), "workers": workers,
+                  "k": ["20", "50", "100", "x1", "x10"]}
+        if mode == "mask":
+            values["gt_seg"] = str(Path(out) / "panoptic")
+        for aggregation in ("per_image", "pooled"):
+            result = sgeval.evaluate(sgeval.make_config({**values, "aggregation": aggregation}))
+            results[f"{mode}/{aggregation}"] = {
+                "by_protocol": result["by_protocol"], "images": result["images"],
+                "protocol_audit": {k: v for k, v in result["protocol_audit"].items() if k != "per_image"}}
+    return json.loads(json.dumps(results))  # the JSON round trip the stored file went through
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as out:
+        EXPECTED.write_text(json.dumps(demo_results(out), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {EXPECTED}")
