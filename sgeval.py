@@ -788,46 +788,59 @@ def _tifffile_layers(data, height, width, where):
     return np.array(layers, bool).reshape(-1, height, width)
 
 
-def write_predictions(path, images):
+def encode_masks(masks_PHW):
+    """(P, H, W) masks -> the bytes of a 1-bit deflate TIFF with one page per mask."""
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, np.asarray(masks_PHW) != 0, photometric="minisblack",
+                     compression=tifffile.COMPRESSION.ADOBE_DEFLATE)
+    return buffer.getvalue()
+
+
+def write_predictions(path, images, extra_members=None, kind=None):
     """Write predictions in the sgeval/SGBench v1 format.
 
-    ``path`` ending in ``.zip`` -> a ZIP of triplets.json and <id>.tiff; ``.json`` -> one JSON
-    file (box mode, no masks); anything else -> a directory. ``images``: iterable of dicts with
-    ``id``, ``instances`` ([{category, bbox, score?}]), ``triplets``, optional ``ng_triplets`` and
-    optional ``masks`` ((P, H, W) bool or uint8; written as 1-bit deflate TIFF pages).
+    ``path`` ending in ``.zip`` -> a ZIP of <id>.tiff and triplets.json; ``.json`` -> one JSON
+    file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
+    ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
+    ``triplets``, optional ``ng_triplets`` and optional ``masks`` ((P, H, W) bool or uint8). Each
+    image's masks are written as it comes (triplets.json last), so an iterator keeps one image in
+    memory. ``extra_members``: {name: bytes} added beside triplets.json. Same input, same bytes.
     """
     path = str(path)
-    kind = "zip" if path.endswith(".zip") else "json" if path.endswith(".json") else "dir"
-    records, files = [], []
-    for image in images:
-        record = {"id": image["id"], "instances": image["instances"],
-                  "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
-        if image.get("ng_triplets") is not None:
-            record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
-        masks = image.get("masks")
-        if masks is not None and len(masks):
-            if kind == "json":
-                raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
-            record["seg_filename"] = f"{image['id']}.tiff"
-            buffer = io.BytesIO()
-            tifffile.imwrite(buffer, np.asarray(masks) != 0, photometric="minisblack",
-                             compression=tifffile.COMPRESSION.ADOBE_DEFLATE)
-            files.append((record["seg_filename"], buffer.getvalue()))
-        records.append(record)
-    payload = json.dumps({"version": 1, "images": records}).encode()
-    if kind == "json":
-        Path(path).write_bytes(payload)
-    elif kind == "zip":
-        with zipfile.ZipFile(path, "w") as archive:  # fixed dates: same input, same bytes
-            archive.writestr(zipfile.ZipInfo("triplets.json", (1980, 1, 1, 0, 0, 0)), payload,
-                             compress_type=zipfile.ZIP_DEFLATED)
-            for name, data in files:  # TIFF pages are compressed already
-                archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
-    else:
+    kind = kind or ("zip" if path.endswith(".zip") else "json" if path.endswith(".json") else "dir")
+    archive = zipfile.ZipFile(path, "w") if kind == "zip" else None
+    if kind == "dir":
         os.makedirs(path, exist_ok=True)
-        Path(path, "triplets.json").write_bytes(payload)
-        for name, data in files:
+
+    def put(name, data, compress=zipfile.ZIP_STORED):  # TIFF pages are compressed already
+        if archive is not None:
+            archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, compress_type=compress)
+        else:
             Path(path, name).write_bytes(data)
+
+    try:
+        records = []
+        for image in images:
+            record = {"id": image["id"], "instances": image["instances"],
+                      "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
+            if image.get("ng_triplets") is not None:
+                record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
+            masks = image.get("masks")
+            if masks is not None and len(masks):
+                if kind == "json":
+                    raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
+                record["seg_filename"] = f"{image['id']}.tiff"
+                put(record["seg_filename"], encode_masks(masks))
+            records.append(record)
+        payload = json.dumps({"version": 1, "images": records}).encode()
+        if kind == "json":
+            Path(path).write_bytes(payload)
+        else:
+            for name, data in {"triplets.json": payload, **(extra_members or {})}.items():
+                put(name, data, zipfile.ZIP_DEFLATED)
+    finally:
+        if archive is not None:
+            archive.close()
     return path
 
 
@@ -1488,32 +1501,35 @@ def format_table(results):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(config_path, quiet, compare_protocols, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
+    if compare_protocols and options["protocols"] is None:
+        options["protocols"] = ",".join(PROTOCOLS)
+    results = run_cli(lambda progress: evaluate(load_config(config_path, **options), progress), "evaluating", quiet)
+    click.echo(format_table(results))
+    if results["config"]["output"]:
+        click.echo(f"results written to {results['config']['output']}", err=True)
+
+
+def run_cli(work, label, quiet=False):
+    """Run work(progress) for a command line: a progress bar on stderr (none when quiet); on bad
+    input one ``error:`` line per problem on stderr and exit code 1. Returns work's result."""
     bar = None
 
     def progress(done, total):
         nonlocal bar
         if bar is None:
-            bar = click.progressbar(length=total, label="evaluating", file=sys.stderr)
+            bar = click.progressbar(length=total, label=label, file=sys.stderr)
         bar.update(1)
 
-    if compare_protocols and options["protocols"] is None:
-        options["protocols"] = ",".join(PROTOCOLS)
     try:
-        config = load_config(config_path, **options)
-        results = evaluate(config, progress=None if quiet else progress)
+        return work(None if quiet else progress)
     except SGEvalError as error:
         failure = error
-    else:
-        failure = None
-    if bar is not None:
-        bar.render_finish()
-    if failure is not None:
-        for problem in failure.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(1)
-    click.echo(format_table(results))
-    if config.output:
-        click.echo(f"results written to {config.output}", err=True)
+    finally:
+        if bar is not None:
+            bar.render_finish()
+    for problem in failure.problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ one and two workers."""
 import json
 
 import pytest
-import conftest  # noqa: F401  (puts the repository root on sys.path)
 from tools.make_expected import EXPECTED, demo_results
 
 
