@@ -1,0 +1,620 @@
+"""Shared machinery of the converters: the restricted unpickler, the raw-output readers, the
+per-image conversion rules, and the conversion loop that streams images into
+``sgeval.write_predictions``.
+
+Raw outputs
+-----------
+OpenPSG-derived code (``tools/test.py --out results.pkl``) pickles a list with one ``Result`` per
+evaluated test image, aligned by position with the ``psg.json`` ``data`` entries whose ``image_id``
+is in ``test_image_ids`` and that have at least one relation (2,177 on PSG). No image ids are
+stored, so the two counts must agree. Large outputs may instead be a directory of
+``0.npz ... N-1.npz`` (one per image, the same field names), read one file at a time.
+
+Fields used (N instances, R relation rows, C predicates, H x W the GT image size)::
+
+    labels          (N,)        1-based object classes (category = label - 1)
+    masks           (N, H, W)   bool or integers (non-zero = inside), original image size
+    refine_bboxes   (N, 5)      xyxy + object score, where the family has them aligned with labels
+    rel_pair_idxes  (R, 2)      subject, object: indices into labels
+    rel_dists       (R, C + 1)  predicate probabilities, column 0 = no relation
+    rel_labels      (R,)        1-based predicates, like the columns of rel_dists
+
+Pickles are read by ``RestrictedUnpickler``: numpy arrays, dtypes and scalars (``numpy.core`` and
+``numpy._core`` spellings), latin-1 ``_codecs.encode``, a few builtins (bytes, sets),
+``collections.OrderedDict``, the ``Result`` classes of ``RESULT_CLASSES`` (read into the plain
+attribute holder ``RawResult``) and inert stand-ins for every torch global (an empty tensor becomes
+an empty array; a tensor that holds data cannot be read without torch and is an error where a
+converter needs it). Any other global is refused with an error naming it: no code from a pickle runs.
+
+Per-image rules (``convert_image``; each family picks the ``Rules``, see convert/README.md)
+------------------------------------------------------------------------------------------
+* ``triplets``: every relation row once, in the model's row order; predicate = argmax of
+  ``rel_dists[:, 1:]`` (the legacy OpenPSG rule, first column on ties) or ``rel_labels - 1``.
+* ``ng_triplets``: every (row, predicate) scored by probability x (subject score x object score),
+  or by the probability alone without object scores; sorted by score (descending, stable: row
+  order, then predicate order); exact repeats of an (s, o, p) dropped; kept: the first ``ng_top``
+  and the first ``ng_per_predicate`` of every predicate (defaults 1000 and 50: enough for ngR@100
+  and IMR@50).
+* ``instances``: category = label - 1; bbox = ``refine_bboxes[:, :4]`` when the rules allow it and
+  the rows are aligned with labels, finite, ordered (x1 <= x2, y1 <= y2) and not all zero, else the
+  tight box of the mask (x_min, y_min, x_max + 1, y_max + 1; zeros for an empty mask); score =
+  ``refine_bboxes[:, 4]`` when the rules allow it, aligned and not all zero, else no score.
+* Empty results (no instances, or the one-stage placeholder: a single all-ones mask with label 1
+  and no pairs) become records with no instances and no triplets: the image counts with zero hits.
+
+Masks are written by ``sgeval.write_predictions`` (1-bit deflate TIFF pages), image by image;
+the output is validated with sgeval's own reader (every TIFF's page count and size) before it
+replaces the target file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import dataclasses
+import importlib
+import json
+import logging
+import math
+import os
+import pickle
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import click
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import sgeval  # noqa: E402
+
+log = logging.getLogger("sgeval.convert")
+
+RESULT_CLASSES = (
+    "openpsg.models.relation_heads.approaches.relation_util.Result",  # OpenPSG models, PSGTR, PSGFormer, HiLo
+    "pairnet.models.relation_heads.approaches.relation_util.Result",  # Pair-Net
+)
+PREDICATE_SOURCES = ("rel_dists", "rel_labels")
+NG_TOP, NG_PER_PREDICATE = 1000, 50
+PROVENANCE = "convert.json"  # ZIP member recording what was converted (read by `python -m convert`)
+
+
+class ConvertError(sgeval.SGEvalError):
+    """Bad raw output or options; ``problems`` holds one line per problem (file, result, field)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Restricted unpickling
+# ---------------------------------------------------------------------------------------------
+
+
+class RawResult:
+    """One image's raw result as plain attributes: a pickled ``Result`` or the arrays of an .npz."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError("a Result's state must map field names to values")
+        self.__dict__.update(state)
+
+    def get(self, name):
+        return self.__dict__.get(name)
+
+
+class TorchObject:
+    """Inert stand-in for any torch global in a pickle: accepts any arguments, keeps nothing."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+
+class TorchTensor(TorchObject):
+    """A torch tensor that holds data (unreadable without torch); only its shape is kept."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def _torch_tensor(*args):
+    """Stand-in for torch._utils._rebuild_tensor*(storage, offset, size, ...): an empty float32
+    array when ``size`` has no elements, else a TorchTensor."""
+    size = args[2] if len(args) > 2 else None
+    if isinstance(size, tuple) and all(isinstance(n, int) and n >= 0 for n in size):
+        return np.zeros(size, np.float32) if math.prod(size) == 0 else TorchTensor(size)
+    return TorchObject()
+
+
+class _Refused(Exception):
+    """A global the restricted unpickler does not provide."""
+
+
+def _latin1(text, encoding="latin1"):
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes objects: latin-1 only."""
+    if not isinstance(text, str) or str(encoding).lower().replace("-", "").replace("_", "") not in (
+            "latin1", "iso88591"):
+        raise _Refused(f"_codecs.encode with encoding {encoding!r}")
+    return text.encode("latin-1")
+
+
+def _numpy_core(name):
+    """numpy.<core>.<name> of the installed numpy (numpy 2: _core; numpy 1: core)."""
+    for core in ("_core", "core"):
+        try:
+            return importlib.import_module(f"numpy.{core}.{name}")
+        except ImportError:
+            continue
+    raise ImportError(f"numpy has neither _core.{name} nor core.{name}")
+
+
+_MULTIARRAY, _NUMERIC = _numpy_core("multiarray"), _numpy_core("numeric")
+ALLOWED_GLOBALS = {
+    **{(f"numpy.{core}.multiarray", name): getattr(_MULTIARRAY, name)
+       for core in ("core", "_core") for name in ("_reconstruct", "scalar")},
+    **{(f"numpy.{core}.numeric", "_frombuffer"): _NUMERIC._frombuffer for core in ("core", "_core")},
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    **{(module, name): getattr(builtins, name) for module in ("__builtin__", "builtins")
+       for name in ("bytes", "bytearray", "set", "frozenset", "complex")},
+    ("_codecs", "encode"): _latin1,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    **{tuple(path.rsplit(".", 1)): RawResult for path in RESULT_CLASSES},
+    **{("torch._utils", name): _torch_tensor for name in ("_rebuild_tensor", "_rebuild_tensor_v2",
+                                                          "_rebuild_tensor_v3")},
+    ("torch._utils", "_rebuild_parameter"): lambda data, *rest: data,
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Provides only ALLOWED_GLOBALS and inert torch stand-ins; refuses everything else."""
+
+    def find_class(self, module, name):
+        found = ALLOWED_GLOBALS.get((module, name))
+        if found is not None:
+            return found
+        if module == "torch" or module.startswith("torch."):
+            return TorchObject
+        raise _Refused(f"'{module}.{name}'")
+
+    def persistent_load(self, pid):
+        raise _Refused("a persistent id (a torch.save file?)")
+
+
+def load_pickle(path):
+    """The list of RawResult in a pickle; ConvertError for refused globals or unreadable data."""
+    try:
+        with open(path, "rb") as handle:
+            data = RestrictedUnpickler(handle).load()
+    except _Refused as refused:
+        raise ConvertError([
+            f"{path}: refusing to load the pickle: it refers to {refused}, which is neither numpy "
+            f"data, a Result ({', '.join(RESULT_CLASSES)}) nor a torch tensor; only data, never code, "
+            f"is read from a pickle"]) from None
+    except OSError as error:
+        raise ConvertError([f"{path}: cannot read: {error}"]) from None
+    except Exception as error:  # corrupt or truncated pickles raise many exception types
+        raise ConvertError([f"{path}: cannot read the pickle: {type(error).__name__}: {error}"]) from None
+    if not isinstance(data, (list, tuple)):
+        raise ConvertError([f"{path}: the pickle holds a {type(data).__name__}; expected a list with "
+                            f"one Result per evaluated image"])
+    results, problems = [], []
+    for index, item in enumerate(data):
+        if isinstance(item, dict) and all(isinstance(key, str) for key in item):
+            item = RawResult(**item)
+        if not isinstance(item, RawResult):
+            problems.append(f"{path}: result {index} is a {type(item).__name__}, not a Result")
+        results.append(item)
+    if problems:
+        raise ConvertError(problems)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw readers: (count, loaders), one zero-argument loader per image
+# ---------------------------------------------------------------------------------------------
+
+
+def open_raw(path):
+    """A pickle file or a directory of 0.npz ... N-1.npz -> (N, iterator of loaders). Calling a
+    loader returns that image's RawResult (or raises ConvertError), so one bad file is one problem."""
+    if os.path.isdir(path):
+        return _open_npz_dir(path)
+    if not os.path.isfile(path):
+        raise ConvertError([f"{path}: no such file or directory"])
+    results = load_pickle(path)
+    return len(results), (_taker(results, index) for index in range(len(results)))
+
+
+def _taker(results, index):
+    def take():
+        item, results[index] = results[index], None  # release each result once it is converted
+        return item
+    return take
+
+
+def _open_npz_dir(path):
+    names = {entry.name for entry in os.scandir(path) if entry.name.endswith(".npz")}
+    expected = {f"{index}.npz" for index in range(len(names))}
+    if names != expected:
+        stray = sorted(names - expected)
+        missing = sorted(expected - names, key=lambda name: int(name[:-4]))
+        raise ConvertError([f"{path}: expected 0.npz ... {len(names) - 1}.npz (one per image); "
+                            f"missing {', '.join(missing[:5])}{' ...' * (len(missing) > 5)}; "
+                            f"unexpected {', '.join(stray[:5])}{' ...' * (len(stray) > 5)}"])
+    files = (os.path.join(path, f"{index}.npz") for index in range(len(names)))
+    return len(names), (lambda file=file: _load_npz(file) for file in files)
+
+
+def _load_npz(file):
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            return RawResult(**{key: archive[key] for key in archive.files})
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ConvertError([f"{file}: cannot read the npz file: {error}"]) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-image conversion
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What a family's raw arrays mean (see the module docstring and convert/README.md)."""
+
+    raw_boxes: bool = True  # refine_bboxes[:, :4] are xyxy boxes of the instances (when aligned)
+    object_scores: bool = True  # refine_bboxes[:, 4] are object scores (when aligned, not all zero)
+    drop_self_pairs: bool = False  # s == o rows are placeholders (two-stage), not predictions
+    empty_placeholder: bool = True  # one all-ones mask, label 1, no pairs = an empty result
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The user's choices, shared by every family."""
+
+    predicate_source: str = "rel_dists"  # rel_dists: argmax of rel_dists[:, 1:]; rel_labels: rel_labels - 1
+    ng_top: int = NG_TOP  # ng_triplets kept overall ...
+    ng_per_predicate: int = NG_PER_PREDICATE  # ... and per predicate
+
+    def check(self):
+        problems = []
+        if self.predicate_source not in PREDICATE_SOURCES:
+            problems.append(f"predicate_source '{self.predicate_source}' is not one of {', '.join(PREDICATE_SOURCES)}")
+        for name in ("ng_top", "ng_per_predicate"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{name} must be a non-negative integer, not {value!r}")
+        if problems:
+            raise ConvertError(problems)
+        return self
+
+
+def empty_result():
+    """(record, masks, notes) of an image without predictions: it counts with zero hits."""
+    return {"instances": [], "triplets": [], "ng_triplets": []}, None, collections.Counter(images=1, empty=1)
+
+
+def field(result, name, where, required=True):
+    """A field as a numeric numpy array, or None when absent and not required. A one-element list
+    around an array (two-stage results) is unwrapped; empty torch tensors are empty arrays."""
+    value = result.get(name)
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], (np.ndarray, TorchObject)):
+        value = value[0]
+    if value is None:
+        if required:
+            raise ConvertError([f"{where}: missing field '{name}'"])
+        return None
+    if isinstance(value, TorchTensor):
+        raise ConvertError([f"{where}: field '{name}' is a torch tensor of shape {value.shape} with data, "
+                            f"which cannot be read without torch; save it as a numpy array"])
+    if isinstance(value, TorchObject):
+        raise ConvertError([f"{where}: field '{name}' is a torch object; save it as a numpy array"])
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        array = np.asarray([], object)
+    if array.dtype.kind not in "biuf":
+        raise ConvertError([f"{where}: field '{name}' must be a numeric array, not {type(value).__name__}"])
+    return array
+
+
+def _integers(array, name, shape, where):
+    """Check an integer-valued array of the given shape (None = any length) and return it as int64."""
+    ok = array.ndim == len(shape) and all(n is None or n == m for n, m in zip(shape, array.shape))
+    if not ok or (array.dtype.kind == "f" and not np.array_equal(array, np.round(array))):
+        wanted = "(" + ", ".join("n" if n is None else str(n) for n in shape) + ")"
+        raise ConvertError([f"{where}: field '{name}' has shape {array.shape}, dtype {array.dtype}; "
+                            f"expected integers of shape {wanted}"])
+    return array.astype(np.int64)
+
+
+def _out_of_range(values, low, high, name, where, meaning):
+    bad = np.flatnonzero((values < low) | (values > high))
+    if bad.size:
+        raise ConvertError([f"{where}: field '{name}' holds {int(values.flat[bad[0]])} at position "
+                            f"{int(bad[0])}{f' (and {bad.size - 1} more)' * (bad.size > 1)}; {meaning}"])
+
+
+def is_complete_layout(pairs_R2, n_instances):
+    """True for the one-stage 'complete' layout: 2R instances, rows [[i, R + i]]."""
+    count = len(pairs_R2)
+    return count > 0 and n_instances == 2 * count and np.array_equal(
+        pairs_R2, np.column_stack([np.arange(count), count + np.arange(count)]))
+
+
+def mask_boxes(masks_NHW):
+    """Tight xyxy boxes (N, 4) float64 of (N, H, W) masks: (x_min, y_min, x_max + 1, y_max + 1),
+    zeros for an empty mask."""
+    height, width = masks_NHW.shape[1:]
+    rows, cols = masks_NHW.any(axis=2), masks_NHW.any(axis=1)
+    boxes = np.stack([cols.argmax(axis=1), rows.argmax(axis=1),
+                      width - cols[:, ::-1].argmax(axis=1), height - rows[:, ::-1].argmax(axis=1)], axis=1)
+    boxes[~rows.any(axis=1)] = 0
+    return boxes.astype(np.float64)
+
+
+def rank_ng(pairs_R2, probabilities_RC, pair_scores_R, ng_top, ng_per_predicate):
+    """ng_triplets (M, 3) [s, o, p]: every (row, predicate) by probability x pair score (or the
+    probability alone when pair_scores_R is None), descending and stable (row, then predicate
+    order); exact repeats of (s, o, p) dropped; kept: the first ng_top and the first
+    ng_per_predicate of every predicate."""
+    n_predicates = probabilities_RC.shape[1]
+    scores = probabilities_RC if pair_scores_R is None else probabilities_RC * pair_scores_R[:, None]
+    rows, predicates = np.divmod(np.argsort(-scores.ravel(), kind="stable"), n_predicates)
+    triplets = np.column_stack([pairs_R2[rows, 0], pairs_R2[rows, 1], predicates]).astype(np.int64)
+    span = int(pairs_R2.max(initial=0)) + 1
+    keys = (triplets[:, 0] * span + triplets[:, 1]) * n_predicates + triplets[:, 2]
+    triplets = triplets[np.sort(np.unique(keys, return_index=True)[1])]
+    rank_in_predicate = np.zeros(len(triplets), np.int64)
+    for predicate in np.unique(triplets[:, 2]):
+        members = np.flatnonzero(triplets[:, 2] == predicate)
+        rank_in_predicate[members] = np.arange(len(members))
+    keep = (np.arange(len(triplets)) < ng_top) | (rank_in_predicate < ng_per_predicate)
+    return triplets[keep]
+
+
+def _raw_boxes(refine_bboxes, n_instances):
+    """refine_bboxes[:, :4] as float64 when aligned, finite, ordered and not all zero, else None."""
+    if refine_bboxes is None or refine_bboxes.ndim != 2 or refine_bboxes.shape[0] != n_instances \
+            or refine_bboxes.shape[1] < 4:
+        return None
+    boxes = refine_bboxes[:, :4].astype(np.float64)
+    ordered = (boxes[:, 2] >= boxes[:, 0]) & (boxes[:, 3] >= boxes[:, 1])
+    return boxes if np.isfinite(boxes).all() and ordered.all() and boxes.any() else None
+
+
+def _object_scores(refine_bboxes, n_instances, where):
+    """refine_bboxes[:, 4] as float64 when aligned and not all zero, else None."""
+    if refine_bboxes is None or refine_bboxes.ndim != 2 or refine_bboxes.shape != (n_instances, 5):
+        return None
+    scores = refine_bboxes[:, 4].astype(np.float64)
+    if not np.isfinite(scores).all():
+        raise ConvertError([f"{where}: field 'refine_bboxes' holds a NaN or inf object score (column 4)"])
+    return scores if scores.any() else None
+
+
+def convert_image(result, image, where, n_objects, n_predicates, rules, options):
+    """One raw result -> (record {instances, triplets, ng_triplets}, masks (N, H, W) bool or None,
+    notes Counter). ``image`` is the sgeval.GTImage the result belongs to."""
+    labels = _integers(field(result, "labels", where), "labels", (None,), where)
+    if len(labels) == 0:
+        return empty_result()
+    _out_of_range(labels, 1, n_objects, "labels", where, f"labels are 1-based object classes 1..{n_objects}")
+    masks = field(result, "masks", where)
+    if masks.shape != (len(labels), image.height, image.width):
+        raise ConvertError([f"{where}: field 'masks' has shape {masks.shape}; expected "
+                            f"({len(labels)}, {image.height}, {image.width}) (one mask per label, GT image size)"])
+    masks = masks != 0 if masks.dtype != np.bool_ else masks
+    pairs = field(result, "rel_pair_idxes", where, required=False)
+    pairs = np.zeros((0, 2), np.int64) if pairs is None or pairs.size == 0 else \
+        _integers(pairs, "rel_pair_idxes", (None, 2), where)
+    if rules.empty_placeholder and len(labels) == 1 and len(pairs) == 0 and labels[0] == 1 and masks.all():
+        return empty_result()
+    _out_of_range(pairs, 0, len(labels) - 1, "rel_pair_idxes", where, f"only {len(labels)} instances exist")
+    notes = collections.Counter(images=1)
+    predicates, probabilities = _relation_rows(result, len(pairs), n_predicates, where, options, notes)
+    if rules.drop_self_pairs:
+        real = pairs[:, 0] != pairs[:, 1]
+        notes["self_pairs_dropped"] += int(np.count_nonzero(~real))
+        pairs, predicates, probabilities = pairs[real], predicates[real], probabilities[real]
+    refine_bboxes = field(result, "refine_bboxes", where, required=False)
+    raw_boxes = _raw_boxes(refine_bboxes, len(labels)) if rules.raw_boxes else None
+    boxes = mask_boxes(masks) if raw_boxes is None else raw_boxes
+    scores = _object_scores(refine_bboxes, len(labels), where) if rules.object_scores else None
+    pair_scores = None if scores is None else scores[pairs[:, 0]] * scores[pairs[:, 1]]
+    ng_triplets = rank_ng(pairs, probabilities, pair_scores, options.ng_top, options.ng_per_predicate)
+    instances = [{"category": int(label) - 1, "bbox": [float(v) for v in box]} for label, box in zip(labels, boxes)]
+    for instance, score in zip(instances, [] if scores is None else scores):
+        instance["score"] = float(score)
+    record = {"instances": instances, "triplets": np.column_stack([pairs, predicates]).astype(np.int64),
+              "ng_triplets": ng_triplets}
+    notes.update(instances=len(instances), triplets=len(pairs), ng_triplets=len(ng_triplets),
+                 object_scores=int(scores is not None), raw_boxes=int(raw_boxes is not None))
+    return record, masks, notes
+
+
+def _relation_rows(result, n_rows, n_predicates, where, options, notes):
+    """Predicates (R,) 0-based and probabilities (R, C) float64 of the relation rows."""
+    if n_rows == 0:
+        return np.zeros(0, np.int64), np.zeros((0, n_predicates))
+    dists = field(result, "rel_dists", where)
+    if dists.shape != (n_rows, n_predicates + 1):
+        raise ConvertError([f"{where}: field 'rel_dists' has shape {dists.shape}; expected ({n_rows}, "
+                            f"{n_predicates + 1}) (one row per pair; column 0 = no relation, then the "
+                            f"{n_predicates} predicates)"])
+    probabilities = dists[:, 1:].astype(np.float64)
+    if not np.isfinite(probabilities).all():
+        raise ConvertError([f"{where}: field 'rel_dists' holds NaN or inf"])
+    argmax = probabilities.argmax(axis=1)
+    use_labels = options.predicate_source == "rel_labels"
+    labels = field(result, "rel_labels", where, required=use_labels)
+    if labels is not None and (use_labels or labels.size == n_rows):  # unused rel_labels are only compared
+        labels = _integers(labels.reshape(-1), "rel_labels", (n_rows,), where)
+        if use_labels:
+            _out_of_range(labels, 1, n_predicates, "rel_labels", where,
+                          f"rel_labels are 1-based like the columns of rel_dists (1..{n_predicates})")
+        notes["rel_rows"] += n_rows
+        notes["rel_labels_differ"] += int(np.count_nonzero(labels - 1 != argmax))
+    return (labels - 1 if use_labels else argmax), probabilities
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing and validation
+# ---------------------------------------------------------------------------------------------
+
+
+def validate(path, gt):
+    """Read a written prediction back with sgeval's reader: every evaluated image has a record,
+    and its TIFF has one page per instance at the GT image size."""
+    source, predictions = sgeval.read_predictions(path, len(gt.object_classes), len(gt.predicate_classes), "mask")
+    problems = []
+    try:
+        for image in gt.images:
+            record = predictions.get(image.image_id)
+            if record is None:
+                problems.append(f"{path}: image {image.image_id}: no record was written")
+            elif len(record.categories):
+                try:
+                    sgeval.load_pred_masks(source, record, image.height, image.width)
+                except sgeval.SGEvalError as error:
+                    problems.extend(error.problems)
+    finally:
+        source.close()
+    if problems:
+        raise ConvertError(problems)
+
+
+def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None):
+    """Convert a raw output (pickle or npz directory) into the prediction ZIP ``out``.
+
+    image_fn(result, image, where, n_objects, n_predicates, options) -> (record, masks, notes).
+    Every problem of the pass is collected; on any problem nothing is written. Returns a summary
+    (the summed notes, plus the output path and the seconds taken)."""
+    start = time.time()
+    options.check()
+    if not str(out).endswith(".zip"):
+        raise ConvertError([f"{out}: the converted output must be a .zip (it holds the masks)"])
+    truth = sgeval.read_gt(gt)
+    count, loaders = open_raw(raw)
+    if count != len(truth.images):
+        raise ConvertError([
+            f"{raw}: holds {count} results, but {gt} has {len(truth.images)} evaluated images (test_image_ids "
+            f"with at least one relation; {truth.skipped_no_relations} without relations are not evaluated); "
+            f"results carry no image ids and are matched by position, so the counts must agree"])
+    provenance = {"family": family, "raw": os.path.abspath(raw), "gt": os.path.abspath(gt),
+                  "options": {**dataclasses.asdict(options), **(settings or {})},
+                  "sgeval_version": sgeval.__version__}
+    problems, summary = [], collections.Counter()
+    n_objects, n_predicates = len(truth.object_classes), len(truth.predicate_classes)
+
+    def records():  # one image at a time; after a problem, keep checking but stop writing
+        for index, (image, load) in enumerate(zip(truth.images, loaders)):
+            where = f"{raw}: result {index} (image {image.image_id})"
+            try:
+                record, masks, notes = image_fn(load(), image, where, n_objects, n_predicates, options)
+            except ConvertError as error:
+                problems.extend(error.problems)
+            else:
+                summary.update(notes)
+                if not problems:
+                    yield {**record, "id": image.image_id, "masks": masks}
+            if progress is not None:
+                progress(index + 1, count)
+
+    partial = f"{out}.partial"
+    Path(partial).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        sgeval.write_predictions(partial, records(), kind="zip",
+                                 extra_members={PROVENANCE: (json.dumps(provenance, indent=1) + "\n").encode()})
+        if problems:
+            raise ConvertError(problems)
+        validate(partial, truth)
+        os.replace(partial, out)
+    except BaseException:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
+    log.info("converted %s -> %s", raw, out)
+    return {**summary, "out": str(out), "seconds": round(time.time() - start, 2)}
+
+
+CONVERT_DOC = """Convert a {name} raw output (pickle or npz directory) to the prediction ZIP ``out``.
+
+    gt: psg.json (its evaluated images, in order, are what the results are aligned with);
+    predicate_source: rel_dists (argmax of rel_dists[:, 1:], legacy) | rel_labels; ng_top,
+    ng_per_predicate: ng_triplets kept overall and per predicate; progress: optional callable
+    progress(done, total). Returns a summary dict; raises ConvertError (an sgeval.SGEvalError)
+    listing every problem, and then writes nothing.
+    """
+
+
+def family_converter(family, name, rules):
+    """``convert(raw, out, gt, ...)`` for a family whose results all follow one set of Rules."""
+
+    def convert_family_image(result, image, where, n_objects, n_predicates, options):
+        return convert_image(result, image, where, n_objects, n_predicates, rules, options)
+
+    def convert(raw, out, gt, predicate_source="rel_dists", ng_top=NG_TOP, ng_per_predicate=NG_PER_PREDICATE,
+                progress=None):
+        options = Options(predicate_source, ng_top, ng_per_predicate)
+        return convert_all(raw, out, gt, convert_family_image, family, options, progress)
+
+    convert.__doc__ = CONVERT_DOC.format(name=name)
+    return convert
+
+
+def describe(summary):
+    """One paragraph for the terminal about a conversion summary."""
+    layouts = ", ".join(f"{key[7:]} {value}" for key, value in sorted(summary.items()) if key.startswith("layout:"))
+    lines = [f"wrote {summary['out']}: {summary.get('images', 0)} images ({summary.get('empty', 0)} empty), "
+             f"{summary.get('instances', 0)} instances, {summary.get('triplets', 0)} triplets, "
+             f"{summary.get('ng_triplets', 0)} ng_triplets in {summary['seconds']:.1f} s"]
+    if layouts:
+        lines.append(f"layouts: {layouts}")
+    lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
+                 f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
+    if summary.get("self_pairs_dropped"):
+        lines.append(f"self-pair placeholder rows dropped: {summary['self_pairs_dropped']}")
+    if summary.get("rel_rows"):
+        lines.append(f"rel_labels differ from argmax(rel_dists) + 1 on {summary.get('rel_labels_differ', 0)} "
+                     f"of {summary['rel_rows']} relation rows")
+    return "\n".join(lines)
+
+
+def make_cli(convert, doc, extra_options=()):
+    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``."""
+
+    def main(raw, out, gt, quiet, **options):
+        summary = sgeval.run_cli(lambda progress: convert(raw, out, gt=gt, progress=progress, **options),
+                                 "converting", quiet)
+        click.echo(describe(summary))
+
+    main.__doc__ = doc
+    decorators = [
+        click.argument("raw", type=click.Path(exists=True)),
+        click.argument("out", type=click.Path(dir_okay=False)),
+        click.option("--gt", required=True, type=click.Path(exists=True, dir_okay=False),
+                     help="OpenPSG psg.json: gives the evaluated images, in the order of the results."),
+        click.option("--predicate-source", type=click.Choice(PREDICATE_SOURCES), default="rel_dists",
+                     show_default=True, help="triplets: argmax of rel_dists[:, 1:] (legacy) or rel_labels - 1."),
+        click.option("--ng-top", type=click.IntRange(0), default=NG_TOP, show_default=True,
+                     help="ng_triplets kept overall (highest scores first)."),
+        click.option("--ng-per-predicate", type=click.IntRange(0), default=NG_PER_PREDICATE, show_default=True,
+                     help="ng_triplets kept for every predicate as well (for IMR@k)."),
+        *extra_options,
+        click.option("--quiet", is_flag=True, help="No progress bar."),
+    ]
+    for decorator in reversed(decorators):
+        main = decorator(main)
+    return click.command(context_settings={"help_option_names": ["-h", "--help"]})(main)

@@ -1,0 +1,33 @@
+"""Convert HiLo outputs to sgeval predictions.
+
+    python convert/hilo.py --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+
+``results.pkl`` is what HiLo's ``tools/test.py --out`` writes (OpenPSG's ``Result`` class), or a
+directory of 0.npz ... N-1.npz. HiLo writes its complete or merged output, like PSGTR's complete
+layout: overlapping masks, one per subject and object (rows ``[[i, T + i]]`` when complete, merged
+indices otherwise), rows sorted by ``rel_scores``, which is the order kept for ``triplets``.
+
+Decisions: boxes come from the masks (the box branch is not guaranteed to give image-space xyxy
+boxes); object scores are ``refine_bboxes[:, 4]`` when aligned with ``labels``, so ng_triplets are
+ranked by predicate probability x subject score x object score. One all-ones mask with label 1 and
+no pairs is an empty result.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from convert import common  # noqa: E402
+
+FAMILY = "hilo"
+RULES = common.Rules(raw_boxes=False, object_scores=True)
+convert = common.family_converter(FAMILY, "HiLo", RULES)
+main = common.make_cli(convert, __doc__.split("\n\n")[0])
+
+if __name__ == "__main__":
+    main()

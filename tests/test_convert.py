@@ -1,0 +1,624 @@
+"""Converters (convert/): raw model outputs of every family, built here with stand-in classes under
+the real module paths and pickled as the models' tools/test.py does (protocol 2, numpy-1 global
+names), are converted, evaluated with sgeval and checked against metrics computed directly from
+the raw arrays. Plus the restricted unpickler, the npz layout, degenerate results and `make eval`'s
+conversion step."""
+
+import collections
+import importlib
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+import types
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import ROOT, sgeval, synth
+
+from convert import common, hilo, openpsg, pairnet
+
+convert_main = importlib.import_module("convert.__main__")
+
+N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
+HEIGHT, WIDTH = 24, 32
+OPENPSG_RESULT = "openpsg.models.relation_heads.approaches.relation_util.Result"
+PAIRNET_RESULT = "pairnet.models.relation_heads.approaches.relation_util.Result"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stand-ins for the classes a real pickle refers to
+# ---------------------------------------------------------------------------------------------
+
+
+def register(monkeypatch, dotted, **attributes):
+    """Put a module (and its parent packages) into sys.modules so pickle can name its objects."""
+    parts = dotted.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    for key, value in attributes.items():
+        value.__module__, value.__qualname__ = dotted, key
+        setattr(sys.modules[dotted], key, value)
+
+
+class StandIns:
+    """Result classes under both real paths, and torch tensors pickled the way torch pickles them."""
+
+    def __init__(self, monkeypatch):
+        self.results = {}
+        for path in (OPENPSG_RESULT, PAIRNET_RESULT):
+            module, _, name = path.rpartition(".")
+            cls = type(name, (), {"__init__": lambda self, **fields: self.__dict__.update(fields)})
+            register(monkeypatch, module, **{name: cls})
+            self.results[path] = cls
+
+        def _rebuild_tensor_v2(*args):
+            raise AssertionError("a converter must never call torch")
+
+        def _load_from_bytes(data):
+            raise AssertionError("a converter must never call torch")
+
+        register(monkeypatch, "torch._utils", _rebuild_tensor_v2=_rebuild_tensor_v2)
+        register(monkeypatch, "torch.storage", _load_from_bytes=_load_from_bytes)
+
+        class Storage:
+            def __reduce__(self):
+                return _load_from_bytes, (b"PK\x03\x04 torch.save bytes of a storage",)
+
+        class Tensor:
+            def __init__(self, *shape):
+                self.shape = shape
+
+            def __reduce__(self):
+                strides = tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+                return _rebuild_tensor_v2, (Storage(), 0, self.shape, strides, False, collections.OrderedDict())
+
+        self.Tensor = Tensor
+
+    def pickle(self, path, results, result_class=OPENPSG_RESULT, numpy1=True):
+        """Pickle [Result(**fields)] with protocol 2; numpy1 spells the globals as numpy 1.x did."""
+        cls = self.results[result_class]
+        data = pickle.dumps([cls(**fields) for fields in results], protocol=2)
+        assert b"c_codecs\nencode\n" in data and b"cnumpy._core.multiarray\n_reconstruct\n" in data
+        if numpy1:
+            data = data.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+        path.write_bytes(data)
+        return path
+
+
+@pytest.fixture
+def standins(monkeypatch):
+    return StandIns(monkeypatch)
+
+
+def write_npz(directory, results):
+    directory.mkdir()
+    for index, fields in enumerate(results):
+        np.savez(directory / f"{index}.npz", **{k: v for k, v in fields.items() if isinstance(v, np.ndarray)})
+    return directory
+
+
+# ---------------------------------------------------------------------------------------------
+# A synthetic PSG-like GT with the PSG vocabulary sizes, and raw outputs derived from it
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gt_case(tmp_path_factory):
+    """(psg.json, panoptic root, evaluated images as dicts with masks, categories and GT triplets)."""
+    root = tmp_path_factory.mktemp("gt")
+    dataset = synth.make_dataset(np.random.default_rng(7), 9, HEIGHT, WIDTH, N_THINGS, N_STUFF, N_PREDICATES,
+                                 test_fraction=0.8, max_segments=6, max_relations=6)
+    gt_path = synth.write_gt(dataset, root)
+    by_id = {image["image_id"]: image for image in dataset["images"]}
+    evaluated = [by_id[image.image_id] for image in sgeval.read_gt(str(gt_path)).images]
+    assert len(evaluated) >= 5 and len(evaluated) < sum(im["split"] == "test" for im in dataset["images"])
+    return str(gt_path), str(root / "panoptic"), evaluated
+
+
+def rel_dists(rng, predicates, zero_background=False):
+    """(R, C + 1) float32 rows whose argmax over columns 1: is predicates[r] (0-based)."""
+    rows = rng.random((len(predicates), N_PREDICATES + 1)) * 0.5
+    rows[np.arange(len(predicates)), np.asarray(predicates, int) + 1] += 1.0 + rng.random(len(predicates))
+    rows /= rows.sum(axis=1, keepdims=True)
+    if zero_background:
+        rows[:, 0] = 0
+    return rows.astype(np.float32)
+
+
+def relation_rows(rng, gt, n_spurious):
+    """[(s, o, p)] over GT segment indices: the GT relations (p wrong 30% of the time) and spurious pairs."""
+    rows = [(s, o, p if rng.random() < 0.7 else int(rng.integers(N_PREDICATES))) for s, o, p in gt["relations"]]
+    n = len(gt["categories"])
+    for _ in range(n_spurious):
+        s, o = (int(v) for v in rng.choice(n, 2, replace=False))
+        rows.append((s, o, int(rng.integers(N_PREDICATES))))
+    return rows
+
+
+def boxes_with_scores(masks, scores):
+    return np.column_stack([np.array([synth.tight_box(m) for m in masks]), scores]).astype(np.float32)
+
+
+def two_stage_result(rng, gt, kind=None, tensor=None):
+    """IMP/MOTIFS-like: every ordered pair of the GT segments, rows sorted by triplet score."""
+    masks, labels = np.asarray(gt["masks"]), np.asarray(gt["categories"]) + 1
+    if kind == "empty":  # nothing detected: the detector's lists, with torch tensors in them
+        return dict(labels=[tensor(0)], bboxes=[tensor(0, 5)], masks=[np.zeros((0, HEIGHT, WIDTH), bool)],
+                    refine_bboxes=None, rel_pair_idxes=None, rel_dists=None, img_shape=[(HEIGHT, WIDTH, 3)])
+    if kind == "single":  # one segment: the [[0, 0]] self-pair placeholder
+        masks, labels = masks[:1], labels[:1]
+    scores = rng.uniform(0.3, 1.0, len(labels)).astype(np.float32)
+    pairs = np.array([(s, o) for s in range(len(labels)) for o in range(len(labels)) if s != o] or [(0, 0)])
+    truth = {(s, o): p for s, o, p in gt["relations"] if rng.random() < 0.7}
+    dists = rel_dists(rng, [truth.get((s, o), int(rng.integers(N_PREDICATES))) for s, o in pairs.tolist()])
+    triplet = dists[:, 1:].max(axis=1) * scores[pairs[:, 0]] * scores[pairs[:, 1]]
+    order = np.argsort(-triplet, kind="stable")
+    return dict(labels=labels, masks=masks, refine_bboxes=boxes_with_scores(masks, scores),
+                rel_pair_idxes=pairs[order], rel_dists=dists[order], rel_labels=dists[order, 1:].argmax(axis=1) + 1,
+                triplet_scores=triplet[order], refine_labels=labels, pan_results=np.zeros((HEIGHT, WIDTH), np.int32))
+
+
+def panoptic_placeholder():
+    """One-stage 'nothing found': one all-ones int64 mask, label 1, no pairs."""
+    return dict(labels=np.array([1]), masks=np.ones((1, HEIGHT, WIDTH), np.int64),
+                refine_bboxes=np.zeros((1, 5), np.float32), rel_pair_idxes=np.zeros((0, 2), np.int32),
+                rel_dists=np.zeros((0, N_PREDICATES + 1), np.float32), rel_labels=np.zeros(0, np.int64))
+
+
+def panoptic_result(rng, gt, kind=None, tensor=None):
+    """PSGTR panoptic: the GT segments once each; rows with a self-pair, repeated pairs and a query
+    repeated with identical rel_dists but another rel_label; boxes not aligned with labels."""
+    if kind == "empty":
+        return panoptic_placeholder()
+    rows = relation_rows(rng, gt, 3) + [(0, 0, 1)]
+    dists = rel_dists(rng, [p for _, _, p in rows])
+    labels_r = dists[:, 1:].argmax(axis=1) + 1
+    repeat = int(rng.integers(len(rows)))  # the same query, its second-best predicate
+    rows.append(rows[repeat])
+    dists = np.vstack([dists, dists[repeat]])
+    labels_r = np.append(labels_r, np.argsort(dists[repeat, 1:])[-2] + 1)
+    rows.append(rows[0])  # a repeated pair, fresh distribution
+    dists = np.vstack([dists, rel_dists(rng, [3])])
+    labels_r = np.append(labels_r, 4)
+    order = np.argsort(-dists[np.arange(len(rows)), labels_r], kind="stable")
+    pairs = np.array([(s, o) for s, o, _ in rows])[order]
+    return dict(labels=np.asarray(gt["categories"]) + 1, masks=np.asarray(gt["masks"]),
+                refine_bboxes=rng.random((2 * len(rows), 5)).astype(np.float32),  # per query: not aligned
+                rel_pair_idxes=pairs.astype(np.int32), rel_dists=dists[order], rel_labels=labels_r[order],
+                rels=np.column_stack([pairs, labels_r[order]]), pan_results=np.zeros((HEIGHT, WIDTH), np.int64))
+
+
+def complete_result(rng, gt, wrong_category=False, zero_background=False, n_rows=None):
+    """Complete layout: T rows, masks of the T subjects then the T objects (copies of GT masks, one
+    in a wrong category when asked), rows [[i, T + i]]."""
+    rows = relation_rows(rng, gt, 4)
+    if n_rows is not None:
+        rows = [rows[i % len(rows)] for i in range(n_rows)]
+    count = len(rows)
+    masks = np.asarray(gt["masks"])[[s for s, _, _ in rows] + [o for _, o, _ in rows]]
+    labels = np.asarray(gt["categories"])[[s for s, _, _ in rows] + [o for _, o, _ in rows]] + 1
+    if wrong_category:
+        labels[count] = labels[count] % (N_THINGS + N_STUFF) + 1
+    dists = rel_dists(rng, [p for _, _, p in rows], zero_background)
+    return masks, labels, dists, np.column_stack([np.arange(count), count + np.arange(count)])
+
+
+def psgtr_complete_result(rng, gt, kind=None, tensor=None):
+    masks, labels, dists, pairs = complete_result(rng, gt, wrong_category=True)
+    scores = rng.uniform(0.3, 1.0, len(labels)).astype(np.float32)
+    return dict(labels=labels, masks=masks, refine_bboxes=boxes_with_scores(masks, scores), rel_pair_idxes=pairs,
+                rel_dists=dists, rel_labels=dists[:, 1:].argmax(axis=1) + 1)
+
+
+def hilo_result(rng, gt, kind=None, tensor=None):
+    """HiLo: the complete layout, rows sorted by rel_scores; box columns are normalised cxcywh."""
+    if kind == "empty":
+        return {**panoptic_placeholder(), "masks": np.full((1, HEIGHT, WIDTH), N_THINGS + N_STUFF, np.int64)}
+    masks, labels, dists, pairs = complete_result(rng, gt, wrong_category=True)
+    rel_scores = dists[:, 1:].max(axis=1)
+    order = np.argsort(-rel_scores, kind="stable")
+    count = len(order)
+    masks = masks[np.r_[order, count + order]]
+    labels = labels[np.r_[order, count + order]]
+    scores = rng.uniform(0.3, 1.0, len(labels)).astype(np.float32)
+    boxes = np.column_stack([rng.random((len(labels), 4)), scores]).astype(np.float32)
+    return dict(labels=labels, masks=masks, refine_bboxes=boxes, rel_pair_idxes=pairs, rel_dists=dists[order],
+                rel_labels=dists[order, 1:].argmax(axis=1) + 1, rel_scores=rel_scores[order])
+
+
+def pairnet_result(rng, gt, kind=None, tensor=None):
+    """Pair-Net: 100 rows, 200 masks (100 subjects, 100 objects; many identical), zero boxes,
+    rel_dists column 0 = 0, rows [[i, 100 + i]]."""
+    masks, labels, dists, pairs = complete_result(rng, gt, wrong_category=True, zero_background=True, n_rows=100)
+    return dict(labels=labels, masks=masks, refine_bboxes=np.zeros((200, 5), np.float32), rel_pair_idxes=pairs,
+                rel_dists=dists, rel_labels=dists[:, 1:].argmax(axis=1) + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics computed directly from the raw arrays (the documented rules, in plain Python)
+# ---------------------------------------------------------------------------------------------
+
+
+def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_self_pairs,
+                     predicate_source="rel_dists"):
+    """R@k, ngR@k and InstR from the raw fields. Instance i maps to the GT segment with the same
+    mask and category (GT masks never overlap, so that is the only IoU >= 0.5 candidate)."""
+    totals = collections.defaultdict(float)
+    for raw, gt in zip(raws, evaluated):
+        truth = {tuple(r) for r in gt["relations"]}
+        mapped, candidates = [], []
+        pairs = raw.get("rel_pair_idxes")
+        placeholder = raw.get("refine_bboxes") is None or (len(raw["labels"]) == 1 and not len(pairs))
+        if not placeholder:
+            for mask, label in zip(raw["masks"], raw["labels"]):
+                same = [g for g, (m, c) in enumerate(zip(gt["masks"], gt["categories"]))
+                        if c == label - 1 and np.array_equal(m, mask != 0)]
+                mapped.append(same[0] if same else -1)
+            dists = raw["rel_dists"].astype(np.float64)
+            scores = raw["refine_bboxes"][:, 4].astype(np.float64) if object_scores else None
+            for row, (s, o) in enumerate(pairs.tolist()):
+                if drop_self_pairs and s == o:
+                    continue
+                predicate = int(raw["rel_labels"][row]) - 1 if predicate_source == "rel_labels" \
+                    else int(np.argmax(dists[row, 1:]))
+                candidates.append((row, s, o, predicate))
+        matched = {g for g in mapped if g >= 0}
+        totals["InstR"] += len(matched) / len(gt["categories"])
+        selected, seen = [], set()
+        for _, s, o, p in candidates:
+            key = (s, o) if graph_constraint else (s, o, p)
+            if key not in seen:
+                seen.add(key)
+                selected.append((s, o, p))
+        ng = []
+        for row, s, o, _ in candidates:
+            for p in range(N_PREDICATES):
+                score = dists[row, p + 1] if scores is None else dists[row, p + 1] * (scores[s] * scores[o])
+                ng.append((score, s, o, p))
+        ng_order = [t[1:] for t in sorted(ng, key=lambda t: -t[0])]
+        ng_unique = list(dict.fromkeys(ng_order))
+        for k in ks:
+            for name, chosen in (("R", selected[:k]), ("ngR", ng_unique[:k])):
+                hits = {(mapped[s], mapped[o], p) for s, o, p in chosen if mapped[s] >= 0 and mapped[o] >= 0}
+                totals[f"{name}@{k}"] += len(hits & truth) / len(truth)
+    return {key: value / len(evaluated) for key, value in totals.items()}
+
+
+def convert_one(module, raw, options=common.Options()):
+    """One raw result (dict or RawResult) through a family's per-image conversion."""
+    result = raw if isinstance(raw, common.RawResult) else common.RawResult(**raw)
+    args = (result, types.SimpleNamespace(height=HEIGHT, width=WIDTH), "img", N_THINGS + N_STUFF, N_PREDICATES)
+    if module is openpsg:
+        return openpsg.convert_image(*args, options)
+    return common.convert_image(*args, module.RULES, options)
+
+
+def evaluate(gt_case, pred, protocol):
+    gt_path, gt_seg, _ = gt_case
+    return sgeval.evaluate(sgeval.make_config({"gt": gt_path, "gt_seg": gt_seg, "pred": str(pred),
+                                               "protocol": protocol, "k": ["20", "50", "100"],
+                                               "metrics": ["R", "ngR", "InstR"]}))
+
+
+def read_records(pred):
+    with zipfile.ZipFile(pred) as archive:
+        return {record["id"]: record for record in json.loads(archive.read("triplets.json"))["images"]}
+
+
+FAMILIES = {  # family: (builder, converter, kwargs, result class, protocol, graph constraint, scores, self-pairs)
+    "two-stage": (two_stage_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, True, True),
+    "psgtr-panoptic": (panoptic_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, False, False),
+    "psgtr-complete": (psgtr_complete_result, openpsg.convert, {}, OPENPSG_RESULT, "multimpo", False, True, False),
+    "hilo": (hilo_result, hilo.convert, {}, OPENPSG_RESULT, "multimpo", False, True, False),
+    "pairnet": (pairnet_result, pairnet.convert, {}, PAIRNET_RESULT, "multimpo", False, False, False),
+}
+SPECIAL = {0: "empty", 1: "single"}  # the first evaluated image is empty, the second has one segment
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_converts_and_evaluates_like_its_raw_rows(tmp_path, standins, gt_case, family):
+    build, convert, kwargs, result_class, protocol, graph_constraint, scores, self_pairs = FAMILIES[family]
+    rng = np.random.default_rng(len(family))
+    evaluated = gt_case[2]
+    raws = [build(rng, gt, SPECIAL.get(index), standins.Tensor) for index, gt in enumerate(evaluated)]
+    raw = standins.pickle(tmp_path / "results.pkl", raws, result_class)
+    assert b"cnumpy.core.multiarray\n_reconstruct\n" in raw.read_bytes() and b"numpy._core" not in raw.read_bytes()
+    summary = convert(str(raw), str(tmp_path / "pred.zip"), gt=gt_case[0], **kwargs)
+    assert summary["images"] == len(evaluated)
+    results = evaluate(gt_case, tmp_path / "pred.zip", protocol)
+    assert results["images"]["evaluated"] == len(evaluated) and results["images"]["missing_predictions"] == 0
+    expected = expected_metrics(raws, evaluated, (20, 50, 100), graph_constraint, scores, self_pairs)
+    assert {key: results["metrics"][key] for key in expected} == pytest.approx(expected, abs=1e-12)
+    assert 0 < expected["R@20"] < 1 and expected["ngR@100"] > 0
+    records = read_records(tmp_path / "pred.zip")
+    first, second = (records[gt["image_id"]] for gt in evaluated[:2])
+    if family in ("two-stage", "psgtr-panoptic", "hilo"):  # the degenerate first image: an empty record
+        assert first["instances"] == [] and first["triplets"] == [] and "seg_filename" not in first
+    if family == "two-stage":  # one segment: kept, its [[0, 0]] placeholder row dropped
+        assert len(second["instances"]) == 1 and second["triplets"] == [] and summary["self_pairs_dropped"] == 1
+        assert summary["layout:two-stage"] == len(evaluated)
+    if family == "psgtr-panoptic":
+        assert summary["layout:panoptic"] == len(evaluated)
+        assert all(len(r["triplets"]) == len(raw_["rel_pair_idxes"]) for r, raw_ in zip(records.values(), raws))
+    if family == "psgtr-complete":
+        assert summary["layout:complete"] == len(evaluated)
+    has_scores = all("score" in i for r in records.values() for i in r["instances"])
+    assert has_scores == scores
+
+
+def test_instances_boxes_and_scores_follow_each_family_rule(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(3)
+    gt = gt_case[2][2]
+    cases = {  # family result -> where its boxes come from
+        "two-stage": (two_stage_result(rng, gt), openpsg, "raw"),
+        "complete": (psgtr_complete_result(rng, gt), openpsg, "raw"),
+        "panoptic": (panoptic_result(rng, gt), openpsg, "masks"),  # boxes not aligned with labels
+        "hilo": (hilo_result(rng, gt), hilo, "masks"),  # boxes not image-space xyxy
+        "pairnet": (pairnet_result(rng, gt), pairnet, "masks"),  # boxes all zero
+    }
+    for name, (raw, module, boxes) in cases.items():
+        record, out_masks, _ = convert_one(module, raw)
+        expected = [[float(v) for v in b[:4]] for b in raw["refine_bboxes"]] if boxes == "raw" else \
+            [[float(v) for v in synth.tight_box(m)] for m in raw["masks"]]
+        assert [i["bbox"] for i in record["instances"]] == expected, name
+        assert [i["category"] for i in record["instances"]] == (raw["labels"] - 1).tolist()
+        assert out_masks.dtype == bool and out_masks.shape == raw["masks"].shape
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: predicate source, ng_triplets, writer
+# ---------------------------------------------------------------------------------------------
+
+
+def test_predicate_source_rel_labels_separates_a_repeated_query(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(11)
+    raw = panoptic_result(rng, gt_case[2][2])
+    legacy, _, notes = convert_one(openpsg, raw)
+    labelled, _, _ = convert_one(openpsg, raw, common.Options(predicate_source="rel_labels"))
+    assert [t[2] for t in labelled["triplets"]] == (raw["rel_labels"] - 1).tolist()
+    assert np.array_equal(legacy["triplets"][:, 2], raw["rel_dists"][:, 1:].argmax(axis=1))
+    legacy_rows = [tuple(t) for t in legacy["triplets"].tolist()]
+    assert len(set(legacy_rows)) < len(legacy_rows)  # the repeated query gives the same triplet twice ...
+    assert notes["rel_labels_differ"] == 1  # ... while rel_labels names its second-best predicate
+    zero_based = raw["rel_labels"] - raw["rel_labels"].min()  # holds a 0: not what the models write
+    bad = common.RawResult(**{**raw, "rel_labels": zero_based})
+    with pytest.raises(common.ConvertError, match="1-based like the columns of rel_dists"):
+        convert_one(openpsg, bad, common.Options(predicate_source="rel_labels"))
+
+
+def test_ng_triplets_keep_the_global_top_and_the_top_of_every_predicate():
+    rng = np.random.default_rng(5)
+    pairs = rng.integers(0, 8, size=(30, 2))
+    pairs[3] = pairs[2]  # a repeated pair: its repeats of (s, o, p) are dropped
+    probabilities = rng.random((30, N_PREDICATES))
+    pair_scores = rng.random(30)
+    got = common.rank_ng(pairs, probabilities, pair_scores, ng_top=100, ng_per_predicate=5)
+    candidates = sorted(((probabilities[r, p] * pair_scores[r], r, p) for r in range(30) for p in range(N_PREDICATES)),
+                        key=lambda t: -t[0])
+    unique = list(dict.fromkeys((int(pairs[r, 0]), int(pairs[r, 1]), p) for _, r, p in candidates))
+    per_predicate = collections.Counter()
+    expected = []
+    for position, triplet in enumerate(unique):
+        if position < 100 or per_predicate[triplet[2]] < 5:
+            expected.append(triplet)
+        per_predicate[triplet[2]] += 1
+    assert [tuple(t) for t in got.tolist()] == expected
+    assert len(expected) == 100 + sum(max(0, 5 - collections.Counter(t[2] for t in unique[:100])[p])
+                                      for p in range(N_PREDICATES))
+
+
+def test_written_members_are_those_of_sgeval_write_predictions(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(2)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    pairnet.convert(str(standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT)), str(tmp_path / "c.zip"),
+                    gt=gt_case[0])
+    with zipfile.ZipFile(tmp_path / "c.zip") as archive:
+        ours = {name: archive.read(name) for name in archive.namelist()}
+    records = json.loads(ours["triplets.json"])["images"]
+    images = []
+    for record, raw in zip(records, raws):
+        images.append({**record, "masks": raw["masks"]})
+    sgeval.write_predictions(tmp_path / "w.zip", images)
+    with zipfile.ZipFile(tmp_path / "w.zip") as archive:
+        theirs = {name: archive.read(name) for name in archive.namelist()}
+    provenance = json.loads(ours.pop(common.PROVENANCE))
+    assert provenance["family"] == "pairnet" and provenance["options"]["ng_top"] == 1000
+    assert ours == theirs
+    with zipfile.ZipFile(tmp_path / "c.zip") as archive:
+        assert {info.date_time for info in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The restricted unpickler
+# ---------------------------------------------------------------------------------------------
+
+
+def test_both_numpy_spellings_and_torch_tensors_load_as_data(tmp_path, standins):
+    fields = dict(labels=np.array([3, 1]), masks=np.ones((2, 2, 3), bool), score=np.float32(0.5),
+                  empty=standins.Tensor(0, 5), full=standins.Tensor(2, 2), raw=b"", text="x")
+    for numpy1 in (True, False):
+        path = standins.pickle(tmp_path / f"r{numpy1}.pkl", [fields], numpy1=numpy1)
+        assert (b"numpy.core.multiarray" in path.read_bytes()) == numpy1
+        (result,) = common.load_pickle(path)
+        assert isinstance(result, common.RawResult)
+        assert np.array_equal(result.labels, [3, 1]) and result.masks.dtype == bool and result.score == 0.5
+        assert result.empty.shape == (0, 5) and isinstance(result.full, common.TorchTensor)
+        assert result.full.shape == (2, 2) and result.raw == b"" and result.text == "x"
+        with pytest.raises(common.ConvertError, match="field 'full' is a torch tensor of shape"):
+            common.field(result, "full", "where")
+
+
+class Evil:
+    def __init__(self, call, *args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
+@pytest.mark.parametrize("payload, named", [  # protocol 2 uses Python 2 names: __builtin__, commands
+    (lambda marker: Evil(os.system, f"touch {marker}"), f"'{os.system.__module__}.system'"),
+    (lambda marker: Evil(eval, f"open({str(marker)!r}, 'w')"), "'__builtin__.eval'"),
+    (lambda marker: Evil(exec, f"open({str(marker)!r}, 'w')"), "'__builtin__.exec'"),
+    (lambda marker: Evil(subprocess.Popen, ["touch", str(marker)]), "'commands.Popen'"),
+])
+def test_a_pickle_that_would_run_code_is_refused(tmp_path, payload, named):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps([payload(marker)], protocol=2))
+    with pytest.raises(common.ConvertError) as error:
+        common.load_pickle(path)
+    assert named in str(error.value) and "refusing to load" in str(error.value) and str(path) in str(error.value)
+    assert not marker.exists()
+
+
+def test_other_refusals_persistent_ids_codecs_and_unknown_classes(tmp_path):
+    class Saver(pickle.Pickler):
+        def persistent_id(self, obj):
+            return "storage0" if isinstance(obj, bytes) and obj == b"data" else None
+
+    buffer = io.BytesIO()
+    Saver(buffer, protocol=2).dump([b"data"])
+    (tmp_path / "p.pkl").write_bytes(buffer.getvalue())
+    with pytest.raises(common.ConvertError, match="persistent id"):
+        common.load_pickle(tmp_path / "p.pkl")
+    (tmp_path / "c.pkl").write_bytes(b"\x80\x02c_codecs\nencode\nX\x03\x00\x00\x00abcX\x05\x00\x00\x00rot13\x86R.")
+    with pytest.raises(common.ConvertError, match="rot13"):
+        common.load_pickle(tmp_path / "c.pkl")
+    (tmp_path / "m.pkl").write_bytes(b"\x80\x02cmmdet.core\nBitmapMasks\n)\x81.")
+    with pytest.raises(common.ConvertError, match="'mmdet.core.BitmapMasks'"):
+        common.load_pickle(tmp_path / "m.pkl")
+    (tmp_path / "t.pkl").write_bytes(b"\x80\x02ctorch\nload\nX\x04\x00\x00\x00x.pt\x85R.")  # inert, never called
+    with pytest.raises(common.ConvertError, match="holds a TorchObject"):
+        common.load_pickle(tmp_path / "t.pkl")
+    (tmp_path / "x.pkl").write_bytes(b"\x80\x02]q\x00(K\x01e")  # truncated
+    with pytest.raises(common.ConvertError, match="cannot read the pickle"):
+        common.load_pickle(tmp_path / "x.pkl")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad raw outputs, the npz layout, the command line and `make eval`'s conversion step
+# ---------------------------------------------------------------------------------------------
+
+
+def test_count_mismatch_and_bad_fields_fail_loudly_and_write_nothing(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(4)
+    raws = [psgtr_complete_result(rng, gt) for gt in gt_case[2]]
+    out = tmp_path / "out.zip"
+    short = standins.pickle(tmp_path / "short.pkl", raws[:-1])
+    with pytest.raises(common.ConvertError, match=rf"holds {len(raws) - 1} results, but .* has {len(raws)} evaluated"):
+        openpsg.convert(str(short), str(out), gt=gt_case[0])
+    raws[1] = {**raws[1], "masks": raws[1]["masks"][:, :-1]}
+    raws[2] = {**raws[2], "labels": raws[2]["labels"] * 0}
+    raws[3] = {**raws[3], "rel_dists": raws[3]["rel_dists"][:, 1:]}
+    bad = standins.pickle(tmp_path / "bad.pkl", raws)
+    with pytest.raises(common.ConvertError) as error:
+        openpsg.convert(str(bad), str(out), gt=gt_case[0])
+    ids = [gt["image_id"] for gt in gt_case[2]]
+    assert error.value.problems == [
+        f"{bad}: result 1 (image {ids[1]}): field 'masks' has shape {raws[1]['masks'].shape}; expected "
+        f"({len(raws[1]['labels'])}, {HEIGHT}, {WIDTH}) (one mask per label, GT image size)",
+        f"{bad}: result 2 (image {ids[2]}): field 'labels' holds 0 at position 0 (and "
+        f"{len(raws[2]['labels']) - 1} more); labels are 1-based object classes 1..{N_THINGS + N_STUFF}",
+        f"{bad}: result 3 (image {ids[3]}): field 'rel_dists' has shape {raws[3]['rel_dists'].shape}; expected "
+        f"({len(raws[3]['rel_dists'])}, {N_PREDICATES + 1}) (one row per pair; column 0 = no relation, then the "
+        f"{N_PREDICATES} predicates)"]
+    assert list(tmp_path.glob("out.zip*")) == []
+    with pytest.raises(common.ConvertError, match="must be a .zip"):
+        openpsg.convert(str(short), str(tmp_path / "out.json"), gt=gt_case[0])
+
+
+def test_npz_directory_streams_and_equals_the_pickle(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(9)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    pairnet.convert(str(standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT)), str(tmp_path / "p.zip"),
+                    gt=gt_case[0])
+    directory = write_npz(tmp_path / "npz", raws)
+    pairnet.convert(str(directory), str(tmp_path / "n.zip"), gt=gt_case[0])
+    assert read_records(tmp_path / "p.zip") == read_records(tmp_path / "n.zip")
+    (directory / "2.npz").rename(directory / "x2.npz")
+    with pytest.raises(common.ConvertError, match=r"expected 0.npz \.\.\. .*missing 2.npz.*unexpected x2.npz"):
+        pairnet.convert(str(directory), str(tmp_path / "n.zip"), gt=gt_case[0])
+    (directory / "x2.npz").rename(directory / "2.npz")
+    (directory / "3.npz").write_bytes(b"not an npz")
+    with pytest.raises(common.ConvertError) as error:
+        pairnet.convert(str(directory), str(tmp_path / "n.zip"), gt=gt_case[0])
+    assert error.value.problems[0].startswith(f"{directory / '3.npz'}: cannot read the npz file")
+
+
+def test_npz_without_optional_fields_is_not_mistaken_for_an_empty_two_stage_result(tmp_path, gt_case):
+    rng = np.random.default_rng(12)
+    raws = [{k: v for k, v in panoptic_result(rng, gt).items() if k != "refine_bboxes"} for gt in gt_case[2]]
+    summary = openpsg.convert(str(write_npz(tmp_path / "npz", raws)), str(tmp_path / "o.zip"), gt=gt_case[0])
+    assert summary["layout:panoptic"] == len(raws) and summary.get("empty", 0) == 0
+
+
+def test_validation_checks_every_tiff_against_its_instances(tmp_path, gt_case):
+    truth = sgeval.read_gt(gt_case[0])
+    instances = [{"category": 0, "bbox": [0.0, 0.0, 1.0, 1.0]}] * 2
+    path = sgeval.write_predictions(tmp_path / "v.zip", [
+        {"id": image.image_id, "instances": instances, "triplets": [[0, 1, 0]],
+         "masks": np.ones((1 if image is truth.images[0] else 2, image.height, image.width), bool)}
+        for image in truth.images])
+    with pytest.raises(common.ConvertError) as error:
+        common.validate(path, truth)
+    first = truth.images[0].image_id
+    assert error.value.problems == [f"{path}: image {first}: {first}.tiff: 1 masks for 2 instances"]
+
+
+def test_layout_can_be_forced_and_is_checked(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(6)
+    raws = [panoptic_result(rng, gt) for gt in gt_case[2]]
+    path = standins.pickle(tmp_path / "r.pkl", raws)
+    with pytest.raises(common.ConvertError, match="--layout complete, but the result does not have 2T"):
+        openpsg.convert(str(path), str(tmp_path / "o.zip"), gt=gt_case[0], layout="complete")
+    summary = openpsg.convert(str(path), str(tmp_path / "o.zip"), gt=gt_case[0], layout="panoptic",
+                              predicate_source="rel_labels", ng_top=10, ng_per_predicate=0)
+    assert summary["layout:panoptic"] == len(raws)
+    assert all(len(r["ng_triplets"]) <= 10 for r in read_records(tmp_path / "o.zip").values())
+
+
+def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(8)
+    raw = standins.pickle(tmp_path / "r.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
+    run = lambda *args: subprocess.run([sys.executable, str(ROOT / "convert" / "hilo.py"), *args],  # noqa: E731
+                                       capture_output=True, text=True, cwd=tmp_path)
+    done = run("--gt", gt_case[0], "--quiet", str(raw), "out.zip")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote out.zip: {len(gt_case[2])} images (0 empty)")
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps([Evil(os.system, "true")], protocol=2))
+    failed = run("--gt", gt_case[0], str(tmp_path / "evil.pkl"), "out2.zip")
+    assert failed.returncode == 1 and failed.stderr.startswith("error: ") and "refusing to load" in failed.stderr
+    assert not (tmp_path / "out2.zip").exists()
+
+
+def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(10)
+    raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
+    config = tmp_path / "hilo.yaml"
+    config.write_text(f"gt: {gt_case[0]}\ngt_seg: {gt_case[1]}\npred: {tmp_path / 'hilo.zip'}\n"
+                      f"convert: {{family: hilo, raw: {raw}}}\n")
+    message, summary = convert_main.prepare(str(config))
+    assert "does not exist" in message and summary["images"] == len(gt_case[2])
+    assert convert_main.prepare(str(config))[1] is None  # up to date
+    os.utime(raw, (time.time() + 5, time.time() + 5))
+    assert "is older than" in convert_main.prepare(str(config))[0]
+    other = tmp_path / "other.pkl"
+    other.write_bytes(raw.read_bytes())
+    os.utime(other, (time.time() - 100, time.time() - 100))
+    assert "another raw" in convert_main.prepare(str(config), raw=str(other))[0]
+    config.write_text(config.read_text().replace("raw:", "predicate_source: rel_labels, raw:"))
+    assert "another options" in convert_main.prepare(str(config), raw=str(other))[0]
+    config.write_text(config.read_text().replace("predicate_source", "predicate_sauce"))
+    with pytest.raises(common.ConvertError, match="unknown key 'predicate_sauce'; valid keys: family, raw, "):
+        convert_main.prepare(str(config))
+    assert "nothing to convert" in convert_main.prepare(str(ROOT / "configs" / "demo.yaml"))[0]
+    results = sgeval.evaluate(sgeval.load_config(str(config)))  # the evaluator ignores 'convert'
+    assert results["images"]["evaluated"] == len(gt_case[2])
