@@ -103,10 +103,10 @@ import os
 import struct
 import sys
 import zipfile
-import zlib
 from pathlib import Path, PurePosixPath
 
 import click
+import imagecodecs
 import numba
 import numpy as np
 import tifffile
@@ -693,10 +693,10 @@ def load_gt_masks(image):
 
 # Baseline TIFF tags read by the direct strip reader (anything else goes to tifffile).
 _TIFF_TAGS = {256: "width", 257: "height", 258: "bits", 259: "compression", 266: "fill_order",
-              273: "offsets", 277: "samples", 279: "byte_counts", 317: "predictor", 322: "tiles",
-              339: "sample_format"}
+              273: "offsets", 277: "samples", 278: "rows_per_strip", 279: "byte_counts", 317: "predictor",
+              322: "tiles", 339: "sample_format"}
 _TIFF_FORMATS = {1: "B", 3: "H", 4: "I", 16: "Q"}
-_INFLATE = {1: bytes, 8: zlib.decompress, 32946: zlib.decompress}
+_COMPRESSIONS = (1, 8, 32946)  # none, deflate (Adobe), deflate (old code)
 
 
 def _tiff_pages(data):
@@ -720,7 +720,7 @@ def _tiff_pages(data):
         bits = tags.get("bits", (1,))
         if ("tiles" in tags or tags["samples"] != (1,) or bits[0] not in (1, 8) or tags["fill_order"] != (1,)
                 or tags["predictor"] != (1,) or tags["sample_format"] != (1,)
-                or tags["compression"][0] not in _INFLATE or "offsets" not in tags):
+                or tags["compression"][0] not in _COMPRESSIONS or "offsets" not in tags):
             return None
         pages.append(tags)
         offset = struct.unpack_from(order + "I", data, offset + 2 + 12 * count)[0]
@@ -728,19 +728,26 @@ def _tiff_pages(data):
 
 
 def _read_strips(data, tags, height, width):
-    """One page's mask as packed bits (B,) uint8, straight from its strips."""
-    inflate = _INFLATE[tags["compression"][0]]
-    raw = b"".join(inflate(data[o:o + n]) for o, n in zip(tags["offsets"], tags["byte_counts"]))
+    """One page's mask as packed bits (B,) uint8, straight from its strips (inflated by
+    libdeflate into one buffer of the known size)."""
     one_bit = tags.get("bits", (1,))[0] == 1
     row = -(-width // 8) if one_bit else width
-    if len(raw) < row * height:
-        raise ValueError(f"strips hold {len(raw)} bytes, the page needs {row * height}")
-    pixels = np.frombuffer(raw, np.uint8, row * height)
+    strip_size = tags.get("rows_per_strip", (height,))[0] * row
+    pixels = np.empty(row * height, np.uint8)
+    for start, offset, count in zip(range(0, len(pixels), strip_size), tags["offsets"], tags["byte_counts"]):
+        target = pixels[start:start + strip_size]
+        chunk = np.frombuffer(data, np.uint8, count, offset)
+        if tags["compression"][0] == 1:
+            target[:] = chunk[: len(target)]
+        elif len(imagecodecs.deflate_decode(chunk, out=target)) != len(target):
+            raise ValueError(f"a strip inflates to fewer than its {len(target)} bytes")
+    if -(-len(pixels) // strip_size) > len(tags["offsets"]):
+        raise ValueError(f"{len(tags['offsets'])} strips cannot hold {height} rows")
     if one_bit and width % 8 == 0:
         return pixels  # the strips already are row-major packed bits
     if one_bit:
-        pixels = np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width]
-    return np.packbits(pixels.reshape(-1) != 0)
+        return np.packbits(np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width])
+    return pack_nonzero(pixels) if sys.byteorder == "little" else np.packbits(pixels != 0)
 
 
 def load_pred_masks(source, record, height, width, needed=None):
@@ -877,6 +884,26 @@ def pack_segments(rgb_HW3, segment_ids_G):
             if last_segment >= 0:
                 index = y * width + x
                 packed[last_segment, index >> 3] |= np.uint8(128 >> (index & 7))
+    return packed
+
+
+@numba.njit(cache=_JIT_CACHE)
+def pack_nonzero(pixels_N):
+    """Packed bits (ceil(N / 8),) of uint8 pixels, 1 where non-zero, np.packbits bit order:
+    eight pixels at a time, each byte folded to its lowest bit and gathered by one multiply."""
+    packed = np.zeros((pixels_N.shape[0] + 7) // 8, np.uint8)
+    n_words = pixels_N.shape[0] // 8
+    words = pixels_N[: n_words * 8].view(np.uint64)
+    one, gather = np.uint64(0x0101010101010101), np.uint64(0x8040201008040201)
+    for w in range(n_words):
+        x = words[w]
+        x |= x >> np.uint64(4)
+        x |= x >> np.uint64(2)
+        x |= x >> np.uint64(1)
+        packed[w] = np.uint8(((x & one) * gather) >> np.uint64(56))
+    for n in range(n_words * 8, pixels_N.shape[0]):
+        if pixels_N[n]:
+            packed[n >> 3] |= np.uint8(128 >> (n & 7))
     return packed
 
 

@@ -173,3 +173,14 @@ def test_self_iou_matches_mask_iou_and_py_func():
     np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros))
     np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits))
     assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 64, 1001])
+def test_pack_nonzero_matches_packbits_and_py_func(size):
+    rng = np.random.default_rng(size)
+    pixels = (rng.random(size) < 0.5).astype(np.uint8) * rng.integers(1, 256, size).astype(np.uint8)
+    pixels[:3] = [128, 1, 16][: min(3, size)]  # single high, low and middle bits
+    expected = np.packbits(pixels != 0)
+    np.testing.assert_array_equal(sgeval.pack_nonzero(pixels), expected)
+    with np.errstate(over="ignore"):  # numpy scalars warn where the kernel wraps silently
+        np.testing.assert_array_equal(sgeval.pack_nonzero.py_func(pixels), expected)
