@@ -5,8 +5,11 @@
 #                           (redone only when the requirements files change)
 #   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
 #   make test               run the test suite
-#   make eval MODEL=<name>  evaluate configs/<name>.yaml
-#   make bench              time three runs of the demo evaluation
+#   make eval MODEL=<name>  evaluate configs/<name>.yaml; when it has a 'convert' mapping, first convert the
+#                           raw model output (if the converted file is missing or stale, convert/README.md).
+#                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
+#                           PRED=<converted .zip> OUTPUT=<metrics .json>
+#   make bench              time sgeval against SGBench 1.0 on 2,177 PSG-sized images (QUICK=1: 200; RUNS=3)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -44,21 +47,25 @@ demo: demo-data
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+# make eval overrides, passed to both the conversion step and the evaluation.
+EVAL_PATHS = $(if $(GT),--gt "$(GT)") $(if $(PRED),--pred "$(PRED)")
+
 eval: $(STAMP)
 	@if [ -z "$(MODEL)" ]; then \
 	  echo "usage: make eval MODEL=<name>   (evaluates configs/<name>.yaml)" >&2; exit 2; fi
 	@if [ ! -f "configs/$(MODEL).yaml" ]; then \
 	  echo "make eval: configs/$(MODEL).yaml does not exist; available:" $$(ls configs | sed -n 's/\.yaml$$//p') >&2; \
 	  exit 2; fi
-	$(PY) sgeval.py --config "configs/$(MODEL).yaml"
+	$(PY) -m convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS)
+	$(PY) sgeval.py --config "configs/$(MODEL).yaml" $(EVAL_PATHS) $(if $(GT_SEG),--gt-seg "$(GT_SEG)") \
+	  $(if $(OUTPUT),--output "$(OUTPUT)")
 
-# Placeholder benchmark: wall time of three demo evaluations (the first may include numba compilation).
-bench: demo-data
-	@for run in 1 2 3; do \
-	  start=$$($(PY) -c 'import time; print(time.time())'); \
-	  $(PY) sgeval.py --config configs/demo.yaml > /dev/null || exit 1; \
-	  $(PY) -c "import time; print('bench run $$run: %.2f s wall' % (time.time() - $$start))"; \
-	done
+# Benchmark (bench/README.md): sgeval against SGBench 1.0 (own venv, bench/.venv-sgbench) and the
+# decode floor, on a PSG-scale workload generated once into bench/data/. Not part of `make test`.
+RUNS ?= 3
+QUICK ?=
+bench: $(STAMP)
+	$(PY) bench/run.py --runs $(RUNS) $(if $(filter-out 0,$(QUICK)),--quick)
 
 clean:
 	rm -rf $(DEMO) demo/results.json .pytest_cache

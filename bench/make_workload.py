@@ -1,0 +1,459 @@
+"""Deterministic PSG-scale benchmark workload for ``make bench``.
+
+Writes ``bench/data/<n_images>/`` (or ``--out``):
+
+- ``psg.json`` + ``panoptic/<id>.png``: OpenPSG-style GT with the PSG vocabulary sizes (80 thing,
+  53 stuff, 56 predicate classes; generic names, long-tailed frequencies). ``n_images`` evaluated
+  test images of 640x480 with 6-25 segments and 1-25 relations (several predicates per pair, a few
+  exact duplicates; every predicate occurs when n_images >= 56), a few test images without
+  relations (9 per 2,177, as on PSG) and ``n_train`` training entries (JSON only, no PNG) so that
+  zero-shot and wIMR statistics exist. Relation types mostly come from a fixed set of plausible
+  predicates per category pair, so most test triplet types also occur in training.
+- ``sgbench.zip``: predictions in SGBench 1.0's own layout: ``triplets.json`` with the
+  ``annotation`` spelling and one uint8 deflate TIFF per image, written the way SGBench's
+  ``write_layered_seg_mask`` does (``tifffile.imwrite(path, masks.astype(np.uint8),
+  compression=DEFLATE)``, one page per mask).
+- ``compact.zip``: the same predictions through ``sgeval.write_predictions`` (``instances``
+  spelling, 1-bit deflate TIFF pages).
+
+Every test image (with or without relations) has a prediction of ``n_masks`` masks: a noisy copy
+of most GT segments (some shifted far enough to miss, some with a wrong category), 30 % duplicate
+copies of GT segments, and false positives for the rest; ``n_triplets`` triplets ordered by
+confidence, the true ones among many spurious pairs with several predicates each; ``ng_triplets``
+is the same list re-ranked with noise.
+
+The output is a function of the parameters alone (any number of generator processes). A stamp
+(``stamp.json``, written last) records the parameters and this file's hash; ``ensure`` skips the
+generation when it matches and all files exist.
+
+    python bench/make_workload.py --images 200 [--workers 2] [--out DIR] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import tifffile
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import sgeval  # noqa: E402
+from tools import synth  # noqa: E402
+
+DEFAULTS = {
+    "seed": 0, "height": 480, "width": 640, "n_masks": 100, "n_triplets": 1000, "n_train": 5000,
+    "min_segments": 6, "max_segments": 25, "n_things": 80, "n_stuff": 53, "n_predicates": 56,
+}
+DUPLICATE_FRACTION = 0.3  # of n_masks: extra copies of GT segments
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: same parameters, same bytes
+
+
+def no_relation_images(n_images):
+    """Test images without relations: 9 per 2,177 evaluated ones, as on PSG (at least one)."""
+    return max(1, round(n_images * 9 / 2177))
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+class Vocabulary:
+    """Class names, long-tailed frequencies and plausible predicates per category pair."""
+
+    def __init__(self, params):
+        rng = np.random.default_rng([params["seed"], 0])
+        self.seed, self.n_things = params["seed"], params["n_things"]
+        self.n_stuff, self.n_predicates = params["n_stuff"], params["n_predicates"]
+        self.thing_p = self._zipf(rng, self.n_things, 1.0)
+        self.stuff_p = self._zipf(rng, self.n_stuff, 1.0)
+        self.predicate_p = self._zipf(rng, self.n_predicates, 1.0)
+        self._plausible = {}
+
+    @staticmethod
+    def _zipf(rng, n, exponent):
+        weights = 1.0 / np.arange(1, n + 1) ** exponent
+        weights = weights[rng.permutation(n)]
+        return weights / weights.sum()
+
+    def names(self):
+        return ([f"thing{i}" for i in range(self.n_things)], [f"stuff{i}" for i in range(self.n_stuff)],
+                [f"predicate{i}" for i in range(self.n_predicates)])
+
+    @staticmethod
+    def draw(rng, p, size=None):
+        """Indices drawn with probabilities p (rng.choice(len(p), size, p=p) without its overhead)."""
+        drawn = np.searchsorted(np.cumsum(p), rng.random(size), side="right")
+        return np.minimum(drawn, len(p) - 1) if size is not None else min(int(drawn), len(p) - 1)
+
+    def random_category(self, rng):
+        if rng.random() < 0.75:
+            return self.draw(rng, self.thing_p)
+        return self.n_things + self.draw(rng, self.stuff_p)
+
+    def predicate(self, rng, subject_category, object_category):
+        """Mostly one of three plausible predicates of the category pair, else any predicate."""
+        if rng.random() < 0.05:
+            return self.draw(rng, self.predicate_p)
+        key = (subject_category, object_category)
+        if key not in self._plausible:
+            pair_rng = np.random.default_rng([self.seed, 3, *key])
+            self._plausible[key] = pair_rng.choice(self.n_predicates, size=3, replace=False, p=self.predicate_p)
+        return int(self._plausible[key][rng.integers(3)])
+
+
+# ----------------------------------------------------------------------------- ground truth
+
+
+def gt_layout(rng, vocab, params, with_relations, forced_predicate=None):
+    """(categories, relations) of one GT image: stuff segments first, then things."""
+    n_segments = int(rng.integers(params["min_segments"], params["max_segments"] + 1))
+    n_stuff = int(rng.integers(1, 4))
+    n_thing_segments = n_segments - n_stuff
+    pool = vocab.draw(rng, vocab.thing_p, size=4)  # most things repeat one of four categories
+    thing_categories = np.where(rng.random(n_thing_segments) < 0.7, pool[rng.integers(4, size=n_thing_segments)],
+                                vocab.draw(rng, vocab.thing_p, size=n_thing_segments))
+    categories = (vocab.n_things + vocab.draw(rng, vocab.stuff_p, size=n_stuff)).tolist() + thing_categories.tolist()
+    relations = []
+    if with_relations:
+        things = [g for g, c in enumerate(categories) if c < vocab.n_things]
+        n_relations = min(25, 1 + int(rng.poisson(5)))
+        while len(relations) < n_relations:
+            s = int(rng.choice(things)) if things and rng.random() < 0.85 else int(rng.integers(n_segments))
+            o = int(rng.integers(n_segments - 1))
+            o += o >= s
+            relations.append([s, o, vocab.predicate(rng, categories[s], categories[o])])
+            if rng.random() < 0.3:  # another predicate for the same pair
+                relations.append([s, o, vocab.predicate(rng, categories[s], categories[o])])
+            if rng.random() < 0.05:  # an exact duplicate row (readers remove it)
+                relations.append(list(relations[-1]))
+        if forced_predicate is not None:
+            relations[0][2] = forced_predicate
+    return categories, relations
+
+
+def random_shape(rng, height, width, low, high, ellipse_p):
+    """A filled rectangle or ellipse: (y0, x0, bool crop), never empty."""
+    h = min(height, int(rng.integers(max(1, int(height * low)), max(2, int(height * high)) + 1)))
+    w = min(width, int(rng.integers(max(1, int(width * low)), max(2, int(width * high)) + 1)))
+    y0, x0 = int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1))
+    if rng.random() < ellipse_p:
+        yy, xx = np.ogrid[:h, :w]
+        crop = ((yy + 0.5 - h / 2) / (h / 2)) ** 2 + ((xx + 0.5 - w / 2) / (w / 2)) ** 2 <= 1
+    else:
+        crop = np.ones((h, w), bool)
+    return y0, x0, crop
+
+
+def paint_segments(rng, categories, n_things, height, width):
+    """Label map (H, W) int16: 0 = void, g + 1 = segment g. Stuff large and first, things on top;
+    a segment painted over entirely is repainted small until every segment shows."""
+    label = np.zeros((height, width), np.int16)
+    order = list(range(len(categories)))
+    for attempt in range(100):
+        for g in order:
+            stuff = categories[g] >= n_things
+            low, high = ((0.3, 0.9) if stuff else (0.08, 0.45)) if attempt == 0 else (0.03, 0.12)
+            y0, x0, crop = random_shape(rng, height, width, low, high, 0.0 if stuff else 0.5)
+            label[y0:y0 + crop.shape[0], x0:x0 + crop.shape[1]][crop] = g + 1
+        visible = np.bincount(label.ravel(), minlength=len(categories) + 1)[1:] > 0
+        order = [int(g) for g in np.flatnonzero(~visible)]
+        if not order:
+            return label
+    raise RuntimeError("could not make every segment visible")
+
+
+def segment_boxes(label, n_segments):
+    """Tight (y0, x0, y1, x1) integer boxes (exclusive ends) of segments 0..n-1 of a label map."""
+    boxes = []
+    for g in range(n_segments):
+        rows = np.flatnonzero((label == g + 1).any(axis=1))
+        y0, y1 = int(rows[0]), int(rows[-1]) + 1
+        cols = np.flatnonzero((label[y0:y1] == g + 1).any(axis=0))
+        boxes.append((y0, int(cols[0]), y1, int(cols[-1]) + 1))
+    return boxes
+
+
+# ----------------------------------------------------------------------------- predictions
+
+
+def noisy_copy(rng, label, g, box, quality):
+    """A predicted mask for GT segment g: (y0, x0, bool crop). quality "good": shifted by at most
+    1 pixel, maybe eroded or dilated once; "rough": shifted by up to 5 pixels, eroded or dilated 2-4
+    times; "poor": shifted by about 40 % of the segment size (usually IoU < 0.5)."""
+    height, width = label.shape
+    y0, x0, y1, x1 = box
+    if quality == "poor":
+        dy = int(rng.choice([-1, 1])) * max(1, int(0.4 * (y1 - y0)))
+        dx = int(rng.choice([-1, 1])) * max(1, int(0.4 * (x1 - x0)))
+        steps = 0
+    else:
+        reach = 1 if quality == "good" else 5
+        dy, dx = (int(v) for v in rng.integers(-reach, reach + 1, size=2))
+        steps = int(rng.integers(0, 2) if quality == "good" else rng.integers(2, 5))
+    erode = rng.random() < 0.5
+    margin = max(abs(dy), abs(dx)) + steps + 1
+    cy0, cx0 = max(0, y0 - margin), max(0, x0 - margin)
+    original = label[cy0:min(height, y1 + margin), cx0:min(width, x1 + margin)] == g + 1
+    crop = synth._shift(original, dy, dx)
+    for _ in range(steps):
+        crop = synth._erode(crop) if erode else synth._dilate(crop)
+    return cy0, cx0, crop if crop.any() else original
+
+
+def simulate_prediction(rng, vocab, params, label, categories, boxes, relations):
+    """(instances, triplets, ng_triplets, masks (P, H, W) bool) for one image; boxes as from
+    segment_boxes."""
+    height, width, n_masks = params["height"], params["width"], params["n_masks"]
+    specs = []  # (GT source or -1, category, score, (y0, x0, crop), primary copy?)
+
+    def copy_of(g, score, p_wrong, primary):
+        category = vocab.random_category(rng) if rng.random() < p_wrong else categories[g]
+        quality = "poor" if rng.random() < 0.15 else "good" if primary else "rough"
+        return g, category, score, noisy_copy(rng, label, g, boxes[g], quality), primary
+
+    n_duplicates = int(round(DUPLICATE_FRACTION * n_masks))
+    primaries = [g for g in range(len(categories)) if rng.random() < 0.85][:max(0, n_masks - n_duplicates)]
+    for g in primaries:
+        specs.append(copy_of(g, round(float(rng.uniform(0.4, 1.0)), 4), 0.08, True))
+    for _ in range(min(n_duplicates, n_masks - len(specs))):
+        g = int(rng.choice(primaries)) if primaries and rng.random() < 0.9 else int(rng.integers(len(categories)))
+        specs.append(copy_of(g, round(float(rng.uniform(0.2, 0.9)), 4), 0.1, False))
+    while len(specs) < n_masks:  # false positives, half of them with a category of the image
+        category = int(rng.choice(categories)) if rng.random() < 0.5 else vocab.random_category(rng)
+        specs.append((-1, category, round(float(rng.uniform(0.0, 0.7)), 4),
+                      random_shape(rng, height, width, 0.05, 0.4, 0.5), False))
+    specs = [specs[i] for i in rng.permutation(len(specs))]
+
+    masks = np.zeros((len(specs), height, width), bool)
+    instances = []
+    for i, (_, category, score, (y0, x0, crop), _) in enumerate(specs):
+        masks[i, y0:y0 + crop.shape[0], x0:x0 + crop.shape[1]] = crop
+        bx0, by0, bx1, by1 = synth.tight_box(crop)
+        instances.append({"category": int(category), "bbox": [bx0 + x0, by0 + y0, bx1 + x0, by1 + y0],
+                          "score": float(score)})
+    sources = np.array([spec[0] for spec in specs])
+    scores = np.array([spec[2] for spec in specs])
+    primary_of = {spec[0]: i for i, spec in enumerate(specs) if spec[4]}
+    triplets, ng_triplets = simulate_triplets(rng, vocab, params["n_triplets"], relations, sources, scores, primary_of)
+    return instances, triplets, ng_triplets, masks
+
+
+def simulate_triplets(rng, vocab, n_triplets, relations, sources, scores, primary_of):
+    """n_triplets [s, o, p] by descending confidence, and the same rows re-ranked with noise.
+    A GT relation is predicted mostly through the primary copies of its ends (primary_of: GT
+    segment -> instance), sometimes through any copy (a duplicate)."""
+    n = len(sources)
+
+    def copy_of(g):
+        if g in primary_of and rng.random() < 0.8:
+            return primary_of[g]
+        return int(rng.choice(np.flatnonzero(sources == g)))
+
+    rows, confidence = [], []
+    for s_gt, o_gt, p in dict.fromkeys(map(tuple, relations)):
+        if s_gt not in sources or o_gt not in sources or rng.random() >= 0.8:
+            continue
+        for _ in range(1 + (rng.random() < 0.5)):  # sometimes twice, e.g. once through a duplicate
+            s, o = copy_of(s_gt), copy_of(o_gt)
+            if s == o:
+                continue
+            conf = float(rng.uniform(0.5, 1.0))
+            predicate = p if rng.random() < 0.6 else vocab.draw(rng, vocab.predicate_p)
+            rows.append((s, o, predicate))
+            confidence.append(conf)
+            for _ in range(int(rng.integers(1, 5))):  # further predicates for the pair
+                rows.append((s, o, vocab.draw(rng, vocab.predicate_p)))
+                confidence.append(conf * float(rng.uniform(0.3, 0.9)))
+    rows_N3 = np.array(rows, np.int64).reshape(-1, 3)
+    confidence_N = np.array(confidence)
+    need = n_triplets - len(rows_N3)
+    if need > 0 and n >= 2:  # spurious pairs among confident instances, 1-5 predicates each
+        n_pairs = need // 3 + 40  # 1-5 (mean 3) predicates per pair: enough rows
+        weights = (scores + 0.05) / (scores + 0.05).sum()
+        s = rng.choice(n, size=n_pairs, p=weights)
+        o = rng.integers(n - 1, size=n_pairs)
+        o += o >= s
+        per_pair = rng.integers(1, 6, size=n_pairs)
+        pair_conf = rng.uniform(0.0, 0.6, size=n_pairs)
+        spurious = np.stack([np.repeat(s, per_pair), np.repeat(o, per_pair),
+                             vocab.draw(rng, vocab.predicate_p, size=per_pair.sum())], axis=1)
+        rows_N3 = np.concatenate([rows_N3, spurious])
+        confidence_N = np.concatenate([confidence_N, np.repeat(pair_conf, per_pair)
+                                       * rng.uniform(0.5, 1.0, size=per_pair.sum())])
+    order = np.argsort(-confidence_N, kind="stable")[:n_triplets]
+    rows_N3, confidence_N = rows_N3[order], confidence_N[order]
+    ng_order = np.argsort(-(confidence_N + rng.normal(0.0, 0.05, size=len(confidence_N))), kind="stable")
+    return rows_N3.tolist(), rows_N3[ng_order].tolist()
+
+
+# ----------------------------------------------------------------------------- one image
+
+
+def make_image(task):
+    """Generate one test image: write its PNG; return (psg entry, prediction record without
+    masks, packed masks (P, ceil(H W / 8)) uint8, SGBench TIFF bytes)."""
+    index, image_id, with_relations, forced_predicate, params, panoptic_dir = task
+    vocab = _vocabulary(params)
+    rng = np.random.default_rng([params["seed"], 1, index])
+    height, width = params["height"], params["width"]
+    categories, relations = gt_layout(rng, vocab, params, with_relations, forced_predicate)
+    label = paint_segments(rng, categories, vocab.n_things, height, width)
+    ids = np.array([0] + synth.segment_ids(image_id, len(categories)), np.uint32)
+    id_map = ids[label]
+    rgb = np.stack([id_map & 255, (id_map >> 8) & 255, id_map >> 16], axis=-1).astype(np.uint8)
+    Image.fromarray(rgb).save(Path(panoptic_dir) / f"{image_id}.png")
+    areas = np.bincount(label.ravel(), minlength=len(categories) + 1)[1:]
+    boxes = segment_boxes(label, len(categories))
+    entry = {
+        "image_id": image_id, "height": height, "width": width, "file_name": f"{image_id}.jpg",
+        "pan_seg_file_name": f"{image_id}.png",
+        "segments_info": [{"id": int(ids[g + 1]), "category_id": c, "iscrowd": 0, "isthing": int(c < vocab.n_things),
+                           "area": int(areas[g])} for g, c in enumerate(categories)],
+        "annotations": [{"bbox": [float(x0), float(y0), float(x1), float(y1)], "bbox_mode": 0, "category_id": c}
+                        for (y0, x0, y1, x1), c in zip(boxes, categories)],
+        "relations": relations,
+    }
+    instances, triplets, ng_triplets, masks = simulate_prediction(rng, vocab, params, label, categories, boxes,
+                                                                  relations)
+    record = {"id": image_id, "instances": instances, "triplets": triplets, "ng_triplets": ng_triplets}
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, masks.astype(np.uint8), compression=tifffile.COMPRESSION.DEFLATE)  # as SGBench
+    packed = np.packbits(masks.reshape(len(masks), -1), axis=1)
+    return entry, record, packed, buffer.getvalue()
+
+
+_VOCABULARY = {}
+
+
+def _vocabulary(params):
+    key = json.dumps(params, sort_keys=True)
+    if key not in _VOCABULARY:
+        _VOCABULARY[key] = Vocabulary(params)
+    return _VOCABULARY[key]
+
+
+def train_entry(index, image_id, vocab, params):
+    """A training annotation (JSON only: its PNG is never read)."""
+    rng = np.random.default_rng([params["seed"], 2, index])
+    categories, relations = gt_layout(rng, vocab, params, with_relations=True)
+    ids = synth.segment_ids(image_id, len(categories))
+    size = [params["width"], params["height"]]
+    corners = rng.random((len(categories), 2, 2)) * size
+    boxes = np.concatenate([corners.min(axis=1), np.minimum(corners.max(axis=1) + 1, size)], axis=1).round().tolist()
+    return {"image_id": image_id, "height": params["height"], "width": params["width"],
+            "file_name": f"{image_id}.jpg", "pan_seg_file_name": f"{image_id}.png",
+            "segments_info": [{"id": seg_id, "category_id": c, "iscrowd": 0, "isthing": int(c < vocab.n_things),
+                               "area": int((b[2] - b[0]) * (b[3] - b[1]) // 2)}
+                              for seg_id, c, b in zip(ids, categories, boxes)],
+            "annotations": [{"bbox": b, "bbox_mode": 0, "category_id": c} for b, c in zip(boxes, categories)],
+            "relations": relations}
+
+
+# ----------------------------------------------------------------------------- the whole workload
+
+
+def generate(out, n_images, workers=1, progress=None, **overrides):
+    """Write the workload to ``out`` (replacing what is there); returns the stamp dict."""
+    start = time.perf_counter()
+    params = {**DEFAULTS, **overrides, "n_images": n_images, "n_no_relations": no_relation_images(n_images)}
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "panoptic").mkdir(parents=True)
+    vocab = _vocabulary(params)
+    rng = np.random.default_rng([params["seed"], 4])
+    n_test = n_images + params["n_no_relations"]
+    image_ids = [str(v) for v in rng.choice(np.arange(1, 600_000), size=n_test + params["n_train"], replace=False)]
+    without = set(rng.choice(n_test, size=params["n_no_relations"], replace=False).tolist())
+    evaluated = [i for i in range(n_test) if i not in without]
+    forced = {i: p for p, i in enumerate(evaluated[:vocab.n_predicates])} if n_images >= vocab.n_predicates else {}
+    tasks = [(i, image_ids[i], i not in without, forced.get(i), params, str(out / "panoptic")) for i in range(n_test)]
+
+    entries, sgbench_records = [], []
+    height, width = params["height"], params["width"]
+    with zipfile.ZipFile(out / "sgbench.zip", "w") as sgbench_zip:
+        def records(results):
+            for done, (entry, record, packed, tiff_bytes) in enumerate(results, 1):
+                entries.append(entry)
+                sgbench_records.append(json.dumps({
+                    "id": record["id"], "seg_filename": f"{record['id']}.tiff", "annotation": record["instances"],
+                    "triplets": record["triplets"], "ng_triplets": record["ng_triplets"]}))
+                sgbench_zip.writestr(zipfile.ZipInfo(f"{record['id']}.tiff", ZIP_DATE), tiff_bytes)
+                masks = np.unpackbits(packed, axis=1, count=height * width).reshape(-1, height, width)
+                if progress:
+                    progress(done, len(tasks))
+                yield {**record, "masks": masks.view(bool)}
+
+        if workers > 1:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                sgeval.write_predictions(out / "compact.zip", records(pool.imap(make_image, tasks, chunksize=2)))
+        else:
+            sgeval.write_predictions(out / "compact.zip", records(map(make_image, tasks)))
+        payload = '{"version": 1, "images": [' + ", ".join(sgbench_records) + "]}"
+        sgbench_zip.writestr(zipfile.ZipInfo("triplets.json", ZIP_DATE), payload, compress_type=zipfile.ZIP_DEFLATED)
+
+    entries += [train_entry(j, image_ids[n_test + j], vocab, params) for j in range(params["n_train"])]
+    entries.sort(key=lambda entry: int(entry["image_id"]))  # test and train interleaved, as on PSG
+    things, stuff, predicates = vocab.names()
+    psg = {"data": entries, "thing_classes": things, "stuff_classes": stuff, "predicate_classes": predicates,
+           "test_image_ids": [image_ids[i] for i in range(n_test)]}
+    (out / "psg.json").write_text(json.dumps(psg))
+    stamp = {**stamp_for(params), "generation": {"seconds": round(time.perf_counter() - start, 1), "workers": workers}}
+    (out / "stamp.json").write_text(json.dumps(stamp, indent=1) + "\n")
+    return stamp
+
+
+def stamp_for(params):
+    """What the workload depends on: the parameters and this file."""
+    source = Path(__file__).read_bytes()
+    return {"params": params, "generator_sha256": hashlib.sha256(source).hexdigest()[:16]}
+
+
+def ensure(out, n_images, workers=1, progress=None, **overrides):
+    """Generate the workload unless ``out`` holds one with the same parameters and generator.
+    Returns (stamp, seconds spent now: None when cached). The stamp also records how long the
+    generation took and with how many processes."""
+    out = Path(out)
+    params = {**DEFAULTS, **overrides, "n_images": n_images, "n_no_relations": no_relation_images(n_images)}
+    names = ("psg.json", "sgbench.zip", "compact.zip", "stamp.json")
+    if all((out / name).is_file() for name in names):
+        saved = json.loads((out / "stamp.json").read_text())
+        if {key: saved.get(key) for key in ("params", "generator_sha256")} == stamp_for(params):
+            return saved, None
+    stamp = generate(out, n_images, workers=workers, progress=progress, **overrides)
+    return stamp, stamp["generation"]["seconds"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=2177, help="evaluated test images (default 2177)")
+    parser.add_argument("--out", help="output folder (default bench/data/<images>)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--force", action="store_true", help="regenerate even when the stamp matches")
+    args = parser.parse_args()
+    out = Path(args.out or ROOT / "bench" / "data" / str(args.images))
+    if args.force and (out / "stamp.json").exists():
+        (out / "stamp.json").unlink()
+
+    def progress(done, total):
+        if done % 100 == 0 or done == total:
+            print(f"generating: {done}/{total} images", file=sys.stderr)
+
+    _, seconds = ensure(out, args.images, workers=args.workers, progress=progress)
+    print(f"{out}: " + ("up to date" if seconds is None else f"generated in {seconds:.1f} s"))
+
+
+if __name__ == "__main__":
+    main()
