@@ -600,6 +600,22 @@ def _instances(record, where, mode, n_objects, problems):
     return category_array, np.array([box[:4] for box in boxes], np.float64).reshape(-1, 4), score_array
 
 
+def _compact_triplets(record):
+    """JSON object hook: an image's integer triplet lists become int64 arrays as soon as the
+    image is parsed, so memory holds arrays, not millions of small lists (others stay lists for
+    the validator to report)."""
+    for key in ("triplets", "ng_triplets"):
+        value = record.get(key)
+        if isinstance(value, list) and value:
+            try:
+                array = np.asarray(value)
+            except ValueError:
+                continue
+            if array.ndim == 2 and array.shape[1] == 3 and array.dtype.kind in "iu":
+                record[key] = array.astype(np.int64, copy=False)
+    return record
+
+
 def read_predictions(pred_path, n_objects, n_predicates, mode):
     """Read triplets.json of a prediction; returns (PredSource, {image_id: PredImage})."""
     if not os.path.exists(pred_path):
@@ -609,8 +625,7 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive"])
     name = "triplets.json" if source.kind != "json" else os.path.basename(pred_path)
     try:
-        raw = source.read(name)
-        data = json.loads(raw)
+        data = json.loads(source.read(name), object_hook=_compact_triplets)
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise SGEvalError([f"{pred_path}: cannot read {name}: {error}"]) from None
     if not isinstance(data, dict) or data.get("version") != 1:
