@@ -1120,7 +1120,7 @@ def _occurrence_ranks(keys_N):
 
 def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
                  imr_labels, n_predicates, graph_constraint=True):
-    """All per-image integer counts (the fields of COUNT_SHAPES) for one image and protocol.
+    """All per-image integer counts (the fields of count_shapes()) for one image and protocol.
 
     pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
     instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
@@ -1216,13 +1216,16 @@ def remap_to_nodes(triplets_N3, node_of_P):
 
 def _audit(pred, iou_PP, node_of, n_nodes, merged_triplets):
     """Protocol audit counts of one prediction (AUDIT_FIELDS order)."""
-    T = pred.triplets
+    T, n_pred = pred.triplets, len(pred.categories)
     same_category = pred.categories[:, None] == pred.categories[None, :]
     earlier_twin = np.tril((iou_PP >= MERGE_IOU) & same_category, k=-1).any(axis=1)
-    return [len(T) - len(np.unique(T, axis=0)), len(T) - len(np.unique(T[:, :2], axis=0)),
+    pairs = T[:, 0] * n_pred + T[:, 1]
+    triplet_keys = pairs * (int(T[:, 2].max()) + 1 if len(T) else 1) + T[:, 2]
+    merged_pairs = merged_triplets[:, 0] * n_pred + merged_triplets[:, 1]
+    return [len(T) - len(np.unique(triplet_keys)), len(T) - len(np.unique(pairs)),
             np.count_nonzero(T[:, 0] == T[:, 1]), np.count_nonzero(earlier_twin),
             np.count_nonzero(node_of >= 0) - n_nodes, np.count_nonzero(node_of < 0),
-            len(merged_triplets) - len(np.unique(merged_triplets[:, :2], axis=0))]
+            len(merged_triplets) - len(np.unique(merged_pairs))]
 
 
 def _evaluate_image(task):
