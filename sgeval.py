@@ -676,10 +676,10 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
     return source, images
 
 
-def _pack(masks_PHW):
-    """Boolean (P, H, W) masks -> bit-packed (P, W) uint64 rows, zero padded."""
-    count = len(masks_PHW)
-    return _pad_words(np.packbits(masks_PHW.reshape(count, -1), axis=1))
+def pack_masks(masks_PHW):
+    """Boolean (P, H, W) masks -> bit-packed (P, W) uint64 rows, zero padded (the kernels' input)."""
+    masks_PHW = np.asarray(masks_PHW, bool)
+    return _pad_words(np.packbits(masks_PHW.reshape(len(masks_PHW), -1 if len(masks_PHW) else 0), axis=1))
 
 
 def _pad_words(packed_PB):
@@ -782,15 +782,16 @@ def load_pred_masks(source, record, height, width, needed=None):
                 if needed is None or index >= len(needed) or needed[index]:
                     packed = _read_strips(data, tags, height, width)
                     row[: len(packed)] = packed
+            words = layers.view(np.uint64)
         else:
-            layers = np.packbits(_tifffile_layers(data, height, width, where).reshape(-1, height * width), axis=1)
+            words = pack_masks(_tifffile_layers(data, height, width, where))
     except SGEvalError:
         raise
     except Exception as error:  # struct, zlib, tifffile and the codecs raise many types on corrupt data
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
-    if len(layers) != len(record.categories):
-        raise SGEvalError([f"{where}: {len(layers)} masks for {len(record.categories)} instances"])
-    return _pad_words(layers) if layers.shape[1] % 8 else layers.view(np.uint64)
+    if len(words) != len(record.categories):
+        raise SGEvalError([f"{where}: {len(words)} masks for {len(record.categories)} instances"])
+    return words
 
 
 def _tifffile_layers(data, height, width, where):

@@ -19,7 +19,7 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
     pred[0], pred[1] = gt[1], False
     gt_cat, pred_cat = rng.integers(0, 2, 6), rng.integers(0, 2, 9)
     pred_cat[0:2] = gt_cat[1]
-    args = (sgeval._pack(gt), gt_cat, sgeval._pack(pred), pred_cat)
+    args = (sgeval.pack_masks(gt), gt_cat, sgeval.pack_masks(pred), pred_cat)
     fast = sgeval.mask_iou(*args)
     np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args))
     for p in range(9):
@@ -96,7 +96,7 @@ def test_first_positions(seed):
 def test_pack_round_trip():
     rng = np.random.default_rng(0)
     masks = rng.random((3, 7, 11)) < 0.5
-    packed = sgeval._pack(masks)
+    packed = sgeval.pack_masks(masks)
     assert packed.dtype == np.uint64 and packed.shape == (3, 2)
     unpacked = np.unpackbits(packed.view(np.uint8), axis=1)[:, : 7 * 11].reshape(3, 7, 11)
     np.testing.assert_array_equal(unpacked.astype(bool), masks)
@@ -154,7 +154,7 @@ def test_strip_reader_matches_tifffile(options, direct, dtype, width):
             return data
 
     packed = sgeval.load_pred_masks(Source(), record, 17, width)
-    np.testing.assert_array_equal(packed, sgeval._pack(masks))
+    np.testing.assert_array_equal(packed, sgeval.pack_masks(masks))
     needed = np.array([True, False, True, False, True])
     partial = sgeval.load_pred_masks(Source(), record, 17, width, needed)
     np.testing.assert_array_equal(partial[needed], packed[needed])
@@ -168,7 +168,7 @@ def test_self_iou_matches_mask_iou_and_py_func():
     masks = rng.random((9, 7, 13)) < 0.3
     masks[3] = False
     masks[4] = masks[1]
-    bits, zeros = sgeval._pack(masks), np.zeros(9, np.int64)
+    bits, zeros = sgeval.pack_masks(masks), np.zeros(9, np.int64)
     fast = sgeval.self_iou(bits)
     np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros))
     np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits))

@@ -29,7 +29,7 @@ TRIPLETS = [[1, 2, RIDING], [6, 3, BESIDE], [0, 1, RIDING], [0, 3, BESIDE]]
 def merge(scores):
     pred = sgeval.PredImage("1", np.array(CATEGORIES), None, None if scores is None else np.array(scores),
                             np.array(TRIPLETS), np.array(TRIPLETS), None)
-    bits = sgeval._pack(np.array(MASKS))
+    bits = sgeval.pack_masks(np.array(MASKS))
     zeros = np.zeros(len(MASKS), np.int64)
     order = sgeval.merge_order(pred)
     node_of, source, node_bits = sgeval.merge_instances(sgeval.mask_iou(bits, zeros, bits, zeros), bits, order,
@@ -62,7 +62,7 @@ def test_merge_kernel_matches_py_func():
     rng = np.random.default_rng(3)
     masks = rng.random((12, 5, 9)) < 0.4
     masks[5] = masks[2]  # an exact duplicate
-    bits, zeros = sgeval._pack(masks), np.zeros(12, np.int64)
+    bits, zeros = sgeval.pack_masks(masks), np.zeros(12, np.int64)
     iou = sgeval.mask_iou(bits, zeros, bits, zeros)
     for order in (np.arange(12), rng.permutation(12)):
         for claim in (True, False):
