@@ -139,3 +139,22 @@ def test_directory_writer_round_trip(tmp_path):
     with pytest.raises(ValueError, match="holds no masks"):
         sgeval.write_predictions(tmp_path / "x.json", images)
     assert values  # the GT written by case() is unaffected
+
+
+def test_panoptic_png_rgb_rgba_and_truncated(tmp_path):
+    from PIL import Image
+    ids = np.array([[0, 7, 7, 70000], [300, 300, 0, 70000]])
+    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
+    segments = np.array([7, 300, 70000], np.int64)
+    expected = sgeval.pack_masks(ids[None] == segments[:, None, None])
+    for name, array in (("rgb.png", rgb), ("rgba.png", np.concatenate([rgb, np.full((2, 4, 1), 9, np.uint8)], -1))):
+        Image.fromarray(array).save(tmp_path / name)
+        image = sgeval.GTImage("1", 2, 4, str(tmp_path / name), segments, np.zeros(3, np.int64),
+                               np.zeros((3, 4)), np.zeros((0, 3), np.int64))
+        np.testing.assert_array_equal(sgeval.load_gt_masks(image), expected)
+    data = (tmp_path / "rgb.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    image = sgeval.GTImage("1", 2, 4, str(tmp_path / "cut.png"), segments, np.zeros(3, np.int64),
+                           np.zeros((3, 4)), np.zeros((0, 3), np.int64))
+    with pytest.raises(sgeval.SGEvalError, match="cut.png: image 1: cannot read panoptic PNG"):
+        sgeval.load_gt_masks(image)
