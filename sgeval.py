@@ -574,6 +574,10 @@ def _instances(record, where, mode, n_objects, problems):
         return None, None, None
     category_array = np.array(categories, np.int64)
     _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
+    box_array = _box_array(boxes)
+    if box_array is not None and np.isfinite(box_array).all() and (mode == "mask" or not (
+            (box_array[:, 2] < box_array[:, 0]) | (box_array[:, 3] < box_array[:, 1])).any()):
+        boxes = ()  # all valid: the per-box checks below (which word the problems) are not needed
     for index, box in enumerate(boxes):  # bbox: required in box mode, checked when given
         if box is None and mode == "mask":
             continue
@@ -589,15 +593,22 @@ def _instances(record, where, mode, n_objects, problems):
         else:
             continue
         return None, None, None
-    bad = [i for i, v in enumerate(scores) if v is not None and not (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))]
+    bad = [] if set(map(type, scores)) <= {int, float} and np.isfinite(np.array(scores, float)).all() else [
+        i for i, v in enumerate(scores) if v is not None and not (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))]
     if bad:
         problems.append(f"{where}: instance {bad[0]}: field 'score' must be a finite number")
         return None, None, None
     score_array = None if None in scores else np.array(scores, np.float64)
-    if mode == "mask":
-        return category_array, None, score_array
-    return category_array, np.array([box[:4] for box in boxes], np.float64).reshape(-1, 4), score_array
+    return category_array, None if mode == "mask" else box_array, score_array
+
+
+def _box_array(boxes):
+    """(P, 4) float64 when every box is a list of at least four JSON numbers, else None."""
+    if not all(type(box) is list and len(box) >= 4 for box in boxes):
+        return None
+    values = [value for box in boxes for value in box[:4]]
+    return np.array(values, np.float64).reshape(-1, 4) if set(map(type, values)) <= {int, float} else None
 
 
 def _compact_triplets(record):
