@@ -93,6 +93,7 @@ K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 __version__ = "0.1.0"
 
 import collections
+import contextlib
 import dataclasses
 import io
 import json
@@ -1379,18 +1380,14 @@ def stack_counts(per_image, shapes):
 
 def _run(tasks, workers, progress):
     """Evaluate tasks in order (deterministic for any worker count)."""
-    if workers <= 1 or len(tasks) < 2:
-        results = map(_evaluate_image, tasks)
+    parallel = workers > 1 and len(tasks) > 1
+    if parallel:
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with context.Pool(workers) if parallel else contextlib.nullcontext() as pool:
+        results = (pool.imap(_evaluate_image, tasks, chunksize=max(1, len(tasks) // (workers * 16)))
+                   if parallel else map(_evaluate_image, tasks))
         for done, result in enumerate(results, 1):
-            if progress:
-                progress(done, len(tasks))
-            yield result
-        return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers) as pool:
-        chunks = max(1, len(tasks) // (workers * 16))
-        for done, result in enumerate(pool.imap(_evaluate_image, tasks, chunksize=chunks), 1):
             if progress:
                 progress(done, len(tasks))
             yield result
