@@ -941,56 +941,77 @@ def pack_nonzero(pixels_N):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def mask_extents(bits_NW):
-    """Pixel count (N,) and the first / one-past-last non-zero word (N,) of packed masks."""
+def mask_boxes(bits_NW, width):
+    """Pixel count (N,) and a bounding box (N, 4) of packed masks of the given width: rows y0, y1
+    and columns x0, x1, inclusive, the columns to whole bytes (8 pixels); empty: y0 > y1.
+    The boxes may be larger than the masks (never smaller); they only prune the IoU work."""
     n_masks = bits_NW.shape[0]
-    areas, first, stop = np.zeros(n_masks, np.int64), np.zeros(n_masks, np.int64), np.zeros(n_masks, np.int64)
-    for n in range(bits_NW.shape[0]):
+    areas, boxes = np.zeros(n_masks, np.int64), np.empty((n_masks, 4), np.int64)
+    for n in range(n_masks):
+        y0, y1, x0, x1 = 1 << 62, -1, 1 << 62, -1
         for w in range(bits_NW.shape[1]):
-            if bits_NW[n, w]:
-                if areas[n] == 0:
-                    first[n] = w
-                areas[n] += popcount64(bits_NW[n, w])
-                stop[n] = w + 1
-    return areas, first, stop
+            word = bits_NW[n, w]
+            if word:
+                areas[n] += popcount64(word)
+                first, last = 0, 7  # the word's first and last non-zero byte (little-endian view)
+                while not (word >> np.uint64(8 * first)) & np.uint64(255):
+                    first += 1
+                while not (word >> np.uint64(8 * last)) & np.uint64(255):
+                    last -= 1
+                start, stop = (w * 8 + first) * 8, (w * 8 + last) * 8 + 7
+                row, stop_row = start // width, stop // width
+                y0, y1 = min(y0, row), max(y1, stop_row)
+                if row == stop_row:
+                    x0, x1 = min(x0, start - row * width), max(x1, stop - row * width)
+                else:  # the bytes wrap around a row end
+                    x0, x1 = 0, width - 1
+        boxes[n, 0], boxes[n, 1], boxes[n, 2], boxes[n, 3] = y0, y1, x0, min(x1, width - 1)
+    return areas, boxes
 
 
 @numba.njit(cache=_JIT_CACHE)
-def mask_iou(gt_bits_GW, gt_cat_G, pred_bits_PW, pred_cat_P):
-    """IoU (P, G) of bit-packed masks; -1.0 where categories differ, 0.0 for an empty union.
-    Only the words where both masks are non-zero are visited."""
-    gt_area, gt_first, gt_stop = mask_extents(gt_bits_GW)
-    pred_area, pred_first, pred_stop = mask_extents(pred_bits_PW)
+def mask_iou(gt_bits_GW, gt_cat_G, pred_bits_PW, pred_cat_P, width):
+    """IoU (P, G) of bit-packed masks of the given width; -1.0 where categories differ, 0.0 for
+    an empty union. Only the words inside both masks' bounding boxes are visited."""
+    gt_area, gt_box = mask_boxes(gt_bits_GW, width)
+    pred_area, pred_box = mask_boxes(pred_bits_PW, width)
     iou = np.full((pred_bits_PW.shape[0], gt_bits_GW.shape[0]), -1.0)
     for p in range(pred_bits_PW.shape[0]):
         for g in range(gt_bits_GW.shape[0]):
-            if pred_cat_P[p] != gt_cat_G[g]:
-                continue
-            iou[p, g] = _iou(gt_bits_GW[g], pred_bits_PW[p], gt_area[g], pred_area[p],
-                             max(gt_first[g], pred_first[p]), min(gt_stop[g], pred_stop[p]))
+            if pred_cat_P[p] == gt_cat_G[g]:
+                iou[p, g] = _iou(gt_bits_GW[g], pred_bits_PW[p], gt_area[g], pred_area[p], gt_box[g],
+                                 pred_box[p], width)
     return iou
 
 
 @numba.njit(cache=_JIT_CACHE)
-def _iou(a_W, b_W, area_a, area_b, start, stop):
-    """IoU of two packed masks whose common non-zero words lie in [start, stop)."""
-    inter = 0
-    for w in range(start, stop):
-        inter += popcount64(a_W[w] & b_W[w])
+def _iou(a_W, b_W, area_a, area_b, box_a, box_b, width):
+    """IoU of two packed masks: the intersection is counted over the words of the boxes' overlap,
+    row by row when rows of that overlap cannot share a word, else over its whole row span."""
+    y0, y1 = max(box_a[0], box_b[0]), min(box_a[1], box_b[1])
+    x0, x1 = max(box_a[2], box_b[2]), min(box_a[3], box_b[3])
+    inter, n_words = 0, a_W.shape[0]
+    if y0 <= y1 and x0 <= x1:
+        if width - (x1 - x0) >= 64:
+            for y in range(y0, y1 + 1):
+                for w in range((y * width + x0) >> 6, min(((y * width + x1) >> 6) + 1, n_words)):
+                    inter += popcount64(a_W[w] & b_W[w])
+        else:
+            for w in range((y0 * width) >> 6, min(((y1 * width + width - 1) >> 6) + 1, n_words)):
+                inter += popcount64(a_W[w] & b_W[w])
     union = area_a + area_b - inter
     return inter / union if union > 0 else 0.0
 
 
 @numba.njit(cache=_JIT_CACHE)
-def self_iou(bits_PW):
-    """Symmetric IoU (P, P) of every pair of packed masks, categories ignored (1.0 on the diagonal
-    unless the mask is empty)."""
-    area, first, stop = mask_extents(bits_PW)
+def self_iou(bits_PW, width):
+    """Symmetric IoU (P, P) of every pair of packed masks of the given width, categories ignored
+    (1.0 on the diagonal unless the mask is empty)."""
+    area, box = mask_boxes(bits_PW, width)
     iou = np.zeros((bits_PW.shape[0], bits_PW.shape[0]))
     for i in range(bits_PW.shape[0]):
         for j in range(i + 1):
-            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], area[i], area[j],
-                                         max(first[i], first[j]), min(stop[i], stop[j]))
+            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], area[i], area[j], box[i], box[j], width)
     return iou
 
 
@@ -1264,7 +1285,7 @@ def _evaluate_image(task):
         else:
             bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
             gt_bits = load_gt_masks(gt) if needed is None or needed.any() else None
-            iou = (mask_iou(gt_bits, gt.categories, bits, pred.categories) if gt_bits is not None
+            iou = (mask_iou(gt_bits, gt.categories, bits, pred.categories, gt.width) if gt_bits is not None
                    else np.full((len(pred.categories), len(gt.categories)), -1.0))
     except SGEvalError as error:
         return None, None, error.problems
@@ -1273,7 +1294,7 @@ def _evaluate_image(task):
     if not merge:
         return counts, no_audit, []
     if mode == "mask":
-        iou_pp = self_iou(bits)
+        iou_pp = self_iou(bits, gt.width)
     else:
         no_category = np.zeros(len(pred.categories), np.int64)
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
@@ -1281,7 +1302,7 @@ def _evaluate_image(task):
     merged_T = remap_to_nodes(pred.triplets, node_of)
     if "singlempo" in protocols:
         node_categories = pred.categories[source_of_node]
-        node_iou = mask_iou(gt_bits, gt.categories, node_bits, node_categories) if mode == "mask" else iou[source_of_node]
+        node_iou = mask_iou(gt_bits, gt.categories, node_bits, node_categories, gt.width) if mode == "mask" else iou[source_of_node]
         counts["singlempo"] = count(match_unique(node_iou, threshold), merged_T,
                                     remap_to_nodes(pred.ng_triplets, node_of), True)
     counts = {protocol: counts[protocol] for protocol in protocols}  # in the configured order

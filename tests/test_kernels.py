@@ -10,16 +10,21 @@ def random_masks(rng, n, height, width, density):
     return rng.random((n, height, width)) < density
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(8))
 def test_mask_iou_matches_py_func_and_pixel_count(seed):
     rng = np.random.default_rng(seed)
-    height, width = rng.integers(1, 40, size=2)  # odd sizes exercise the word padding
+    height, width = rng.integers(1, 40), [1, 7, 21, 63, 64, 65, 130, 200][seed]  # word padding, row skips
     gt, pred = random_masks(rng, 6, height, width, 0.3), random_masks(rng, 9, height, width, 0.3)
+    for masks in (gt[2:4], pred[4:7]):  # small objects: their boxes prune most pairs
+        masks &= np.zeros((height, width), bool)
+        for mask in masks:
+            y, x = rng.integers(0, height), rng.integers(0, width)
+            mask[y: y + rng.integers(1, 6), x: x + rng.integers(1, 30)] = True
     gt[0] = False  # an empty GT mask
     pred[0], pred[1] = gt[1], False
     gt_cat, pred_cat = rng.integers(0, 2, 6), rng.integers(0, 2, 9)
     pred_cat[0:2] = gt_cat[1]
-    args = (sgeval.pack_masks(gt), gt_cat, sgeval.pack_masks(pred), pred_cat)
+    args = (sgeval.pack_masks(gt), gt_cat, sgeval.pack_masks(pred), pred_cat, width)
     fast = sgeval.mask_iou(*args)
     np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args))
     for p in range(9):
@@ -33,11 +38,23 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
     assert fast[0, 1] == 1.0 and fast[1, 1] == 0.0  # copy of gt 1; empty prediction
 
 
-def test_popcount_and_extents():
+def test_popcount_and_boxes():
     words = np.array([[0, 1, 2**63, 2**64 - 1, 0x0F0F, 0], [0, 0, 0, 0, 0, 0]], np.uint64)
-    areas, first, stop = sgeval.mask_extents(words)
-    assert areas.tolist() == [0 + 1 + 1 + 64 + 8, 0] and first[0] == 1 and stop[0] == 5
-    assert [a.tolist() for a in sgeval.mask_extents.py_func(words)] == [areas.tolist(), first.tolist(), stop.tolist()]
+    areas, boxes = sgeval.mask_boxes(words, 64)
+    assert areas.tolist() == [0 + 1 + 1 + 64 + 8, 0]
+    # bit 0 of a word is pixel 7 of its row (np.packbits order): byte-wide columns 0-7 ... 56-63
+    assert boxes[0].tolist() == [1, 4, 0, 63] and boxes[1, 0] > boxes[1, 1]
+    assert [a.tolist() for a in sgeval.mask_boxes.py_func(words, 64)] == [areas.tolist(), boxes.tolist()]
+    rng = np.random.default_rng(1)
+    for width in (1, 5, 8, 21, 64, 100):
+        masks = random_masks(rng, 20, 9, width, 0.02)
+        areas, boxes = sgeval.mask_boxes(sgeval.pack_masks(masks), width)
+        for mask, area, (y0, y1, x0, x1) in zip(masks, areas, boxes):
+            ys, xs = np.nonzero(mask)
+            assert area == len(ys)
+            if len(ys):  # the box holds the mask: no pixel is ever pruned away
+                assert y0 <= ys.min() and ys.max() <= y1 and x0 <= xs.min() and xs.max() <= x1 < width
+                assert y0 == ys.min() and y1 == ys.max() or width % 8  # rows exact unless bytes wrap
     for value in (0, 1, 3, 2**40 + 7, 2**64 - 1):
         assert sgeval.popcount64(np.uint64(value)) == bin(value).count("1")
         with np.errstate(over="ignore"):  # numpy scalars warn where the kernel wraps silently
@@ -169,9 +186,9 @@ def test_self_iou_matches_mask_iou_and_py_func():
     masks[3] = False
     masks[4] = masks[1]
     bits, zeros = sgeval.pack_masks(masks), np.zeros(9, np.int64)
-    fast = sgeval.self_iou(bits)
-    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros))
-    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits))
+    fast = sgeval.self_iou(bits, 13)
+    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros, 13))
+    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, 13))
     assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
 
 

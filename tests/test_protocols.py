@@ -32,7 +32,7 @@ def merge(scores):
     bits = sgeval.pack_masks(np.array(MASKS))
     zeros = np.zeros(len(MASKS), np.int64)
     order = sgeval.merge_order(pred)
-    node_of, source, node_bits = sgeval.merge_instances(sgeval.mask_iou(bits, zeros, bits, zeros), bits, order,
+    node_of, source, node_bits = sgeval.merge_instances(sgeval.mask_iou(bits, zeros, bits, zeros, 8), bits, order,
                                                         0.5, True)
     node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
     return order.tolist(), node_of.tolist(), source.tolist(), node_masks
@@ -63,7 +63,7 @@ def test_merge_kernel_matches_py_func():
     masks = rng.random((12, 5, 9)) < 0.4
     masks[5] = masks[2]  # an exact duplicate
     bits, zeros = sgeval.pack_masks(masks), np.zeros(12, np.int64)
-    iou = sgeval.mask_iou(bits, zeros, bits, zeros)
+    iou = sgeval.mask_iou(bits, zeros, bits, zeros, 9)
     for order in (np.arange(12), rng.permutation(12)):
         for claim in (True, False):
             fast = sgeval.merge_instances(iou, bits, order, 0.5, claim)
