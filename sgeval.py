@@ -92,7 +92,9 @@ K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 
 __version__ = "0.1.0"
 
+import codecs
 import collections
+import collections.abc
 import contextlib
 import dataclasses
 import io
@@ -514,13 +516,16 @@ class PredSource:
         self._zip = None
 
     def read(self, name):
+        with self.open(name) as stream:
+            return stream.read()
+
+    def open(self, name):
+        """A binary stream of one file."""
         if self.kind == "zip":
             if self._zip is None:
                 self._zip = zipfile.ZipFile(self.path)
-            return self._zip.read(name)
-        base = self.path if self.kind == "dir" else os.path.dirname(self.path)
-        with open(os.path.join(base, name), "rb") as handle:
-            return handle.read()
+            return self._zip.open(name)
+        return open(os.path.join(self.path if self.kind == "dir" else os.path.dirname(self.path), name), "rb")
 
     def members(self):
         """Names available to read (zip members / files under the directory), or None."""
@@ -534,8 +539,17 @@ class PredSource:
             self._zip.close()
             self._zip = None
 
-    def __getstate__(self):  # an open ZipFile does not cross process boundaries
-        return {**self.__dict__, "_zip": None}
+    def __reduce__(self):  # to a pool worker: its own source, opened once per process
+        return _worker_source, (self.path,)
+
+
+_WORKER_SOURCES = {}
+
+
+def _worker_source(path):
+    if path not in _WORKER_SOURCES:
+        _WORKER_SOURCES[path] = PredSource(path)
+    return _WORKER_SOURCES[path]
 
 
 def _unsafe_member(name):
@@ -628,8 +642,93 @@ def _compact_triplets(record):
     return record
 
 
-def read_predictions(pred_path, n_objects, n_predicates, mode):
-    """Read triplets.json of a prediction; returns (PredSource, {image_id: PredImage})."""
+class _JSONStream:
+    """Incremental reader of one JSON document from a binary stream: values are decoded one at a
+    time with the C decoder, so memory holds one value and a chunk of text, not the document."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, stream, object_hook=None):
+        self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
+        self.utf8 = codecs.getincrementaldecoder("utf-8-sig")()
+        self.decoder = json.JSONDecoder(object_hook=object_hook)
+
+    def _more(self):
+        chunk = self.stream.read(self.CHUNK)
+        self.eof = not chunk
+        self.offset += self.pos
+        self.text, self.pos = self.text[self.pos:] + self.utf8.decode(chunk, final=self.eof), 0
+
+    def _error(self, message, pos=None):
+        pos = self.pos if pos is None else pos
+        return ValueError(f"{message} at character {self.offset + pos}")
+
+    def peek(self):
+        """The next non-blank character ('' at the end)."""
+        while True:
+            while self.pos < len(self.text) and self.text[self.pos] in " \t\n\r":
+                self.pos += 1
+            if self.pos < len(self.text) or self.eof:
+                return self.text[self.pos: self.pos + 1]
+            self._more()
+
+    def expect(self, characters, what):
+        character = self.peek()
+        if not character or character not in characters:
+            raise self._error(f"expecting {what}")
+        self.pos += 1
+        return character
+
+    def value(self):
+        self.peek()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.text, self.pos)
+                if self.eof or end < len(self.text) and not (  # a number may go on in the next chunk
+                        isinstance(value, (int, float)) and self.text[end] in "0123456789.eE+-"):
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError as error:
+                if self.eof:
+                    raise self._error(error.msg, error.pos) from None
+            self._more()
+
+    def members(self):
+        """(key, value) of the top-level object in order; the value of a key whose next character
+        is '[' is an iterator over the list's items, which must be consumed before the next key."""
+        self.expect("{", "'{'")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            if self.peek() != '"':
+                raise self._error("expecting a field name")
+            key = self.value()
+            self.expect(":", "':'")
+            items = self._items() if self.peek() == "[" else None
+            yield key, self.value() if items is None else items
+            collections.deque(items or (), maxlen=0)  # the rest of a list the caller did not read
+            if self.expect(",}", "',' or '}'") == "}":
+                break
+        if self.peek():
+            raise self._error("extra data after the JSON document")
+
+    def _items(self):
+        self.expect("[", "'['")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield self.value()
+            if self.expect(",]", "',' or ']'") == "]":
+                return
+
+
+def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
+    """Read a prediction: returns (PredSource, iterator of its valid PredImage records in file
+    order). triplets.json is read incrementally, one image record in memory at a time; problems
+    with records are appended to ``problems`` (the iterator goes on to find them all); an
+    unreadable file or a wrong version raises SGEvalError."""
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
     source = PredSource(pred_path)
@@ -637,52 +736,90 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive"])
     name = "triplets.json" if source.kind != "json" else os.path.basename(pred_path)
     try:
-        data = json.loads(source.read(name), object_hook=_compact_triplets)
+        members = source.members()
+    except (OSError, zipfile.BadZipFile) as error:
+        raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {error}"]) from None
+    problems.extend(f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
+                    for m in sorted(members or ()) if _unsafe_member(m))
+    return source, _records(source, name, members, n_objects, n_predicates, mode, problems)
+
+
+def _records(source, name, members, n_objects, n_predicates, mode, problems):
+    pred_path, version, seen_images, seen = source.path, None, False, set()
+    try:
+        with source.open(name) as stream:
+            for key, value in _JSONStream(stream, _compact_triplets).members():
+                if key == "version":
+                    version = value
+                    if version != 1:
+                        break
+                elif key == "images" and not seen_images and isinstance(value, collections.abc.Iterator):
+                    seen_images = True
+                    for index, record in enumerate(value):
+                        pred = _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen,
+                                       problems)
+                        if pred is not None:
+                            yield pred
+                elif key == "images":
+                    raise SGEvalError([f"{pred_path}: field 'images' must be a list" if not seen_images
+                                       else f"{pred_path}: field 'images' appears twice"])
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        if isinstance(error, SGEvalError):
+            raise
         raise SGEvalError([f"{pred_path}: cannot read {name}: {error}"]) from None
-    if not isinstance(data, dict) or data.get("version") != 1:
-        version = data.get("version") if isinstance(data, dict) else None
+    if version != 1:
         raise SGEvalError([f"{pred_path}: field 'version' is {version!r}; this reader knows version 1"])
-    if not isinstance(data.get("images"), list):
+    if not seen_images:
         raise SGEvalError([f"{pred_path}: field 'images' must be a list"])
-    members = source.members()
-    problems = [f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
-                for m in sorted(members or ()) if _unsafe_member(m)]
-    images = {}
-    for index, record in enumerate(data["images"]):
-        if not isinstance(record, dict) or not isinstance(record.get("id"), (int, str)) \
-                or isinstance(record.get("id"), bool):
-            problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
-            continue
-        image_id = str(record["id"])
-        where = f"{pred_path}: image {image_id}"
-        if image_id in images:
-            problems.append(f"{where}: duplicate image id")
-            continue
-        categories, boxes, scores = _instances(record, where, mode, n_objects, problems)
-        if "triplets" not in record:
-            problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
-            continue
-        triplets = _int_rows(record["triplets"], 3, "triplets", where, problems)
-        ng_triplets = triplets
-        if record.get("ng_triplets") is not None:
-            ng_triplets = _int_rows(record["ng_triplets"], 3, "ng_triplets", where, problems)
-        if categories is None or triplets is None or ng_triplets is None:
-            continue
-        checks = [("triplet", triplets)] + [("ng_triplet", ng_triplets)] * (ng_triplets is not triplets)
-        for field, rows in checks:
-            _check_indices(rows, field, [len(categories)] * 2 + [n_predicates],
-                           ["instance", "instance", "predicate"], where, problems)
-        seg_filename = record.get("seg_filename")
-        if mode == "mask" and len(categories):
-            if not isinstance(seg_filename, str) or not seg_filename:
-                problems.append(f"{where}: field 'seg_filename' is required in mask mode")
-            elif _unsafe_member(seg_filename):
-                problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
-            elif members is not None and seg_filename not in members:
-                problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-        images[image_id] = PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
-                                     seg_filename if isinstance(seg_filename, str) else None)
+
+
+def _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen, problems):
+    """One image record checked -> PredImage, or None after appending its problems."""
+    if not isinstance(record, dict) or not isinstance(record.get("id"), (int, str)) \
+            or isinstance(record.get("id"), bool):
+        problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
+        return None
+    image_id = str(record["id"])
+    where = f"{pred_path}: image {image_id}"
+    if image_id in seen:
+        problems.append(f"{where}: duplicate image id")
+        return None
+    seen.add(image_id)
+    categories, boxes, scores = _instances(record, where, mode, n_objects, problems)
+    if "triplets" not in record:
+        problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
+        return None
+    triplets = _int_rows(record["triplets"], 3, "triplets", where, problems)
+    ng_triplets = triplets
+    if record.get("ng_triplets") is not None:
+        ng_triplets = _int_rows(record["ng_triplets"], 3, "ng_triplets", where, problems)
+    if categories is None or triplets is None or ng_triplets is None:
+        return None
+    before = len(problems)
+    checks = [("triplet", triplets)] + [("ng_triplet", ng_triplets)] * (ng_triplets is not triplets)
+    for field, rows in checks:
+        _check_indices(rows, field, [len(categories)] * 2 + [n_predicates],
+                       ["instance", "instance", "predicate"], where, problems)
+    seg_filename = record.get("seg_filename")
+    if mode == "mask" and len(categories):
+        if not isinstance(seg_filename, str) or not seg_filename:
+            problems.append(f"{where}: field 'seg_filename' is required in mask mode")
+        elif _unsafe_member(seg_filename):
+            problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
+        elif members is not None and seg_filename not in members:
+            problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
+    if len(problems) > before:
+        return None
+    return PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
+                     seg_filename if isinstance(seg_filename, str) else None)
+
+
+def read_predictions(pred_path, n_objects, n_predicates, mode):
+    """Read a whole prediction; returns (PredSource, {image_id: PredImage}). (evaluate streams
+    the records instead: see prediction_records.)"""
+    problems = []
+    source, records = prediction_records(pred_path, n_objects, n_predicates, mode, problems)
+    images = {pred.image_id: pred for pred in records}
     if problems:
         raise SGEvalError(problems)
     return source, images
@@ -1399,19 +1536,25 @@ def stack_counts(per_image, shapes):
 # ---------------------------------------------------------------------------------------------
 
 
-def _run(tasks, workers, progress):
-    """Evaluate tasks in order (deterministic for any worker count)."""
-    parallel = workers > 1 and len(tasks) > 1
-    if parallel:
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers) if parallel else contextlib.nullcontext() as pool:
-        results = (pool.imap(_evaluate_image, tasks, chunksize=max(1, len(tasks) // (workers * 16)))
-                   if parallel else map(_evaluate_image, tasks))
-        for done, result in enumerate(results, 1):
-            if progress:
-                progress(done, len(tasks))
-            yield result
+def _run(tasks, workers):
+    """Evaluate (slot, task) pairs as they come; yields (slot, result) in task order. With
+    workers > 1 a pool evaluates at most 4 tasks per worker ahead of the caller (bounded memory)."""
+    if workers <= 1:
+        for slot, task in tasks:
+            yield slot, _evaluate_image(task)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with context.Pool(workers) as pool:
+        pending = collections.deque()
+        for slot, task in tasks:
+            pending.append((slot, pool.apply_async(_evaluate_image, (task,))))
+            while pending and (len(pending) > 4 * workers or pending[0][1].ready()):
+                slot, result = pending.popleft()
+                yield slot, result.get()
+        while pending:
+            slot, result = pending.popleft()
+            yield slot, result.get()
 
 
 def _none_if_nan(value):
@@ -1437,21 +1580,38 @@ def evaluate(config, progress=None):
         types = zip(image.categories[image.relations[:, 0]].tolist(),
                     image.categories[image.relations[:, 1]].tolist(), image.relations[:, 2].tolist())
         image.zeroshot = np.array([t in given if given is not None else t not in training[0] for t in types])
-    source, predictions = read_predictions(config.pred, n_objects, len(names), mode)
+    problems = []
+    source, records = prediction_records(config.pred, n_objects, len(names), mode, problems)
     static = (mode, protocols, config.iou_threshold, config.k, config.imr_k, len(names), config.audit)
-    tasks = [(image, predictions.get(image.image_id), source, static) for image in gt.images]
-    per_image, audits, problems = {p: [] for p in protocols}, [], []
+    slot_of = {image.image_id: slot for slot, image in enumerate(gt.images)}
+    predicted, n_extra = np.zeros(len(gt.images), bool), 0
+
+    def tasks():  # images in prediction-file order as they are read, then those without one
+        nonlocal n_extra
+        for pred in records:
+            slot = slot_of.get(pred.image_id)
+            n_extra += slot is None
+            if slot is not None and not problems:  # after a problem: only check the rest
+                predicted[slot] = True
+                yield slot, (gt.images[slot], pred, source, static)
+        for slot in np.flatnonzero(~predicted) if not problems else ():
+            yield slot, (gt.images[slot], None, source, static)
+
+    results, image_problems = [None] * len(gt.images), {}
     try:
-        for counts, audit, image_problems in _run(tasks, config.workers, progress):
-            problems.extend(image_problems)
-            if counts is not None:
-                audits.append(audit)
-                for protocol in protocols:
-                    per_image[protocol].append(counts[protocol])
+        for done, (slot, (counts, audit, found)) in enumerate(_run(tasks(), config.workers), 1):
+            results[slot] = (counts, audit)
+            if found:
+                image_problems[slot] = found
+            if progress:
+                progress(done, len(gt.images))
     finally:
         source.close()
+    problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
+    per_image = {p: [counts[p] for counts, _ in results] for p in protocols}
+    audits = [audit for _, audit in results]
     shapes = count_shapes(len(config.k), len(config.imr_k), len(names))
     stacked = {protocol: stack_counts(per_image[protocol], shapes) for protocol in protocols}
     present = stacked[config.protocol]["gt_rel"].sum(axis=0) > 0
@@ -1471,9 +1631,9 @@ def evaluate(config, progress=None):
                                                      ("protocols", "k", "imr_k", "metrics")}},
         "images": {
             "evaluated": len(gt.images),
-            "missing_predictions": sum(task[1] is None for task in tasks),
+            "missing_predictions": int(np.count_nonzero(~predicted)),
             "skipped_no_relations": gt.skipped_no_relations,
-            "extra_predictions": len(set(predictions) - {image.image_id for image in gt.images}),
+            "extra_predictions": n_extra,
         },
         **by_protocol[config.protocol],
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in
