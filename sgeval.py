@@ -103,7 +103,6 @@ import logging
 import math
 import multiprocessing
 import os
-import struct
 import sys
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -860,63 +859,145 @@ def load_gt_masks(image):
     return _pad_words(pack_segments(np.ascontiguousarray(rgb), image.segment_ids))
 
 
-# Baseline TIFF tags read by the direct strip reader (anything else goes to tifffile).
-_TIFF_TAGS = {256: "width", 257: "height", 258: "bits", 259: "compression", 266: "fill_order",
-              273: "offsets", 277: "samples", 278: "rows_per_strip", 279: "byte_counts", 317: "predictor",
-              322: "tiles", 339: "sample_format"}
-_TIFF_FORMATS = {1: "B", 3: "H", 4: "I", 16: "Q"}
-_COMPRESSIONS = (1, 8, 32946)  # none, deflate (Adobe), deflate (old code)
+# Baseline TIFF tags the direct strip reader reads (column k of tiff_layout's per-tag arrays).
+_TIFF_TAGS = np.array([256, 257, 258, 259, 266, 273, 277, 278, 279, 317, 322, 339], np.int64)
+(_WIDTH, _HEIGHT, _BITS, _COMPRESSION, _FILL_ORDER, _OFFSETS, _SAMPLES, _ROWS_PER_STRIP, _BYTE_COUNTS,
+ _PREDICTOR, _TILES, _SAMPLE_FORMAT) = range(12)
 
 
-def _tiff_pages(data):
-    """Tags of every page of a classic TIFF whose pages the strip reader handles (1 sample of
-    1 or 8 bits, uncompressed or deflate, no predictor, strips); None for anything else."""
-    order = {b"II": "<", b"MM": ">"}.get(data[:2])
-    if order is None or struct.unpack_from(order + "H", data, 2)[0] != 42:
-        return None
-    pages, offset = [], struct.unpack_from(order + "I", data, 4)[0]
-    while offset:
-        count = struct.unpack_from(order + "H", data, offset)[0]
-        tags = {"samples": (1,), "fill_order": (1,), "predictor": (1,), "sample_format": (1,), "compression": (1,)}
-        for entry in range(offset + 2, offset + 2 + 12 * count, 12):
-            tag, kind, n = struct.unpack_from(order + "HHI", data, entry)
-            if tag in _TIFF_TAGS:
-                if kind not in _TIFF_FORMATS:
-                    return None
-                fmt = order + _TIFF_FORMATS[kind] * n
-                at = entry + 8 if struct.calcsize(fmt) <= 4 else struct.unpack_from(order + "I", data, entry + 8)[0]
-                tags[_TIFF_TAGS[tag]] = struct.unpack_from(fmt, data, at)
-        bits = tags.get("bits", (1,))
-        if ("tiles" in tags or tags["samples"] != (1,) or bits[0] not in (1, 8) or tags["fill_order"] != (1,)
-                or tags["predictor"] != (1,) or tags["sample_format"] != (1,)
-                or tags["compression"][0] not in _COMPRESSIONS or "offsets" not in tags):
-            return None
-        pages.append(tags)
-        offset = struct.unpack_from(order + "I", data, offset + 2 + 12 * count)[0]
-    return pages
+@numba.njit(cache=_JIT_CACHE)
+def _uint(buf, at, size, big):
+    """Unsigned integer of ``size`` bytes at buf[at] in the file's byte order (bounds checked by
+    the caller)."""
+    value = np.int64(0)
+    for i in range(size):
+        value = (value << 8) | np.int64(buf[at + i if big else at + size - 1 - i])
+    return value
 
 
-def _read_strips(data, tags, height, width):
-    """One page's mask as packed bits (B,) uint8, straight from its strips (inflated by
-    libdeflate into one buffer of the known size)."""
-    one_bit = tags.get("bits", (1,))[0] == 1
-    row = -(-width // 8) if one_bit else width
-    strip_size = tags.get("rows_per_strip", (height,))[0] * row
-    pixels = np.empty(row * height, np.uint8)
-    for start, offset, count in zip(range(0, len(pixels), strip_size), tags["offsets"], tags["byte_counts"]):
-        target = pixels[start:start + strip_size]
-        chunk = np.frombuffer(data, np.uint8, count, offset)
-        if tags["compression"][0] == 1:
-            target[:] = chunk[: len(target)]
-        elif len(imagecodecs.deflate_decode(chunk, out=target)) != len(target):
+@numba.njit(cache=_JIT_CACHE)
+def _is_one(count_k, first_k, k):
+    """A tag absent (default 1) or holding the one value 1."""
+    return count_k[k] < 0 or (count_k[k] == 1 and first_k[k] == 1)
+
+
+@numba.njit(cache=_JIT_CACHE)
+def tiff_layout(buf):
+    """Strip layout of a classic TIFF (the whole file as (N,) uint8) for the direct strip reader.
+
+    Returns (status, pages_P5, strips_S2, starts_P1). status 0: page rows (width, height, bits,
+    compression, rows_per_strip); strip rows (offset, byte_count); page p's strips are
+    strips[starts[p]:starts[p + 1]]. status 1: not a classic TIFF, or a page that is not 1 sample
+    of 1 or 8 bits, uncompressed or deflate, without predictor, in strips (tifffile reads it).
+    status 2: corrupt or truncated. Every index is checked before it is read."""
+    n = buf.shape[0]
+    none5, none2, none1 = np.zeros((0, 5), np.int64), np.zeros((0, 2), np.int64), np.zeros(1, np.int64)
+    if n < 2 or buf[0] != buf[1] or (buf[0] != 73 and buf[0] != 77):  # "II" or "MM"
+        return 1, none5, none2, none1
+    big = buf[0] == 77
+    if n < 8:
+        return 2, none5, none2, none1
+    if _uint(buf, 2, 2, big) != 42:  # BigTIFF (43) or not a TIFF
+        return 1, none5, none2, none1
+    # per page: the five page values, then where the strip offsets (position, value size, count)
+    # and byte counts (position, value size) are
+    table = np.zeros((16, 10), np.int64)
+    count_k, first_k = np.zeros(12, np.int64), np.zeros(12, np.int64)  # per tag: value count, first value
+    pos_k, size_k = np.zeros(12, np.int64), np.zeros(12, np.int64)  # per tag: value position, value size
+    n_pages, bad = 0, False  # bad: a page with missing or inconsistent tags
+    ifd = _uint(buf, 4, 4, big)
+    while ifd:
+        if ifd + 2 > n:
+            return 2, none5, none2, none1
+        count_k[:] = -1
+        end = ifd + 2 + 12 * _uint(buf, ifd, 2, big)
+        for entry in range(ifd + 2, end, 12):
+            if entry + 12 > n:
+                return 2, none5, none2, none1
+            tag, k = _uint(buf, entry, 2, big), 0
+            while k < 12 and _TIFF_TAGS[k] != tag:
+                k += 1
+            if k == 12:
+                continue  # a tag the reader ignores
+            kind = _uint(buf, entry + 2, 2, big)
+            size = 1 if kind == 1 else 2 if kind == 3 else 4 if kind == 4 else 8 if kind == 16 else 0
+            if size == 0:
+                return 1, none5, none2, none1
+            count = _uint(buf, entry + 4, 4, big)
+            pos = entry + 8 if count * size <= 4 else _uint(buf, entry + 8, 4, big)
+            if pos + count * size > n:
+                return 2, none5, none2, none1
+            count_k[k], pos_k[k], size_k[k] = count, pos, size
+            first_k[k] = _uint(buf, pos, size, big) if count else -1
+        if count_k[_TILES] >= 0 or not _is_one(count_k, first_k, _SAMPLES):
+            return 1, none5, none2, none1
+        if count_k[_BITS] == 0 or count_k[_COMPRESSION] == 0:
+            return 2, none5, none2, none1
+        bits = first_k[_BITS] if count_k[_BITS] > 0 else 1
+        compression = first_k[_COMPRESSION] if count_k[_COMPRESSION] > 0 else 1
+        if ((bits != 1 and bits != 8) or not _is_one(count_k, first_k, _FILL_ORDER)
+                or not _is_one(count_k, first_k, _PREDICTOR) or not _is_one(count_k, first_k, _SAMPLE_FORMAT)
+                or (compression != 1 and compression != 8 and compression != 32946) or count_k[_OFFSETS] < 0):
+            return 1, none5, none2, none1
+        if 18 * (n_pages + 1) > n:  # more pages than directories fit in the file: a cycle
+            return 2, none5, none2, none1
+        height = first_k[_HEIGHT]
+        rows = first_k[_ROWS_PER_STRIP] if count_k[_ROWS_PER_STRIP] >= 0 else height
+        bad |= (count_k[_WIDTH] < 1 or count_k[_HEIGHT] < 1 or count_k[_ROWS_PER_STRIP] == 0 or rows < 1
+                or count_k[_BYTE_COUNTS] != count_k[_OFFSETS])
+        if n_pages == table.shape[0]:
+            grown = np.zeros((2 * n_pages, 10), np.int64)
+            grown[:n_pages] = table
+            table = grown
+        table[n_pages] = np.array([first_k[_WIDTH], height, bits, compression, rows, pos_k[_OFFSETS],
+                                   size_k[_OFFSETS], count_k[_OFFSETS], pos_k[_BYTE_COUNTS], size_k[_BYTE_COUNTS]])
+        n_pages += 1
+        if end + 4 > n:
+            return 2, none5, none2, none1
+        ifd = _uint(buf, end, 4, big)
+    if bad:  # reported only now: a later page that tifffile must read takes precedence
+        return 2, none5, none2, none1
+    starts = np.zeros(n_pages + 1, np.int64)
+    for p in range(n_pages):
+        starts[p + 1] = starts[p] + table[p, 7]
+    if starts[n_pages] > n:  # more strips than offsets fit in the file
+        return 2, none5, none2, none1
+    strips = np.zeros((starts[n_pages], 2), np.int64)
+    for p in range(n_pages):
+        for i in range(table[p, 7]):
+            offset = _uint(buf, table[p, 5] + i * table[p, 6], table[p, 6], big)
+            count = _uint(buf, table[p, 8] + i * table[p, 9], table[p, 9], big)
+            if offset < 0 or count < 0 or offset + count > n:
+                return 2, none5, none2, none1
+            strips[starts[p] + i, 0], strips[starts[p] + i, 1] = offset, count
+    return 0, table[:n_pages, :5].copy(), strips, starts
+
+
+def _read_strips(data, page, strips, out, scratch):
+    """Inflate one page's strips (libdeflate, into buffers of the known size) and write its mask
+    as packed bits into ``out``. 1-bit rows of whole bytes are the packed mask already: they are
+    inflated straight into ``out``; other pages go through ``scratch``."""
+    width, height, bits, compression, rows_per_strip = page
+    row = -(-width // 8) if bits == 1 else width
+    size, step = row * height, rows_per_strip * row
+    pixels = out[:size] if bits == 1 and width % 8 == 0 else scratch[:size]
+    if -(-size // step) > len(strips):
+        raise ValueError(f"{len(strips)} strips cannot hold {height} rows")
+    for start, (offset, count) in zip(range(0, size, step), strips):
+        target = pixels[start:start + step]
+        if compression == 1 and count < len(target):
+            raise ValueError(f"a strip holds {count} of its {len(target)} bytes")
+        if compression == 1:
+            target[:] = np.frombuffer(data, np.uint8, len(target), offset)
+        elif len(imagecodecs.deflate_decode(memoryview(data)[offset:offset + count], out=target)) != len(target):
             raise ValueError(f"a strip inflates to fewer than its {len(target)} bytes")
-    if -(-len(pixels) // strip_size) > len(tags["offsets"]):
-        raise ValueError(f"{len(tags['offsets'])} strips cannot hold {height} rows")
-    if one_bit and width % 8 == 0:
-        return pixels  # the strips already are row-major packed bits
-    if one_bit:
-        return np.packbits(np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width])
-    return pack_nonzero(pixels) if sys.byteorder == "little" else np.packbits(pixels != 0)
+    if bits == 1 and width % 8:
+        packed = np.packbits(np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width])
+    elif bits == 8:
+        packed = pack_nonzero(pixels) if sys.byteorder == "little" else np.packbits(pixels != 0)
+    else:
+        return
+    out[: len(packed)] = packed
 
 
 def load_pred_masks(source, record, height, width, needed=None):
@@ -925,23 +1006,25 @@ def load_pred_masks(source, record, height, width, needed=None):
     where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
     try:
         data = source.read(record.seg_filename)
-        pages = _tiff_pages(data)
-        if pages is not None:
-            for tags in pages:
-                if (tags["height"][0], tags["width"][0]) != (height, width):
-                    raise SGEvalError([f"{where}: mask size ({tags['height'][0]}, {tags['width'][0]}) "
-                                       f"differs from the GT image size ({height}, {width})"])
-            layers = np.zeros((len(pages), -(-height * width // 64) * 8), np.uint8)
-            for index, (row, tags) in enumerate(zip(layers, pages)):
-                if needed is None or index >= len(needed) or needed[index]:
-                    packed = _read_strips(data, tags, height, width)
-                    row[: len(packed)] = packed
-            words = layers.view(np.uint64)
+        status, pages, strips, starts = tiff_layout(np.frombuffer(data, np.uint8))
+        if status == 2:
+            raise ValueError("corrupt or truncated TIFF directory")
+        if status == 0:
+            wrong = np.flatnonzero((pages[:, 1] != height) | (pages[:, 0] != width))
+            if len(wrong):
+                raise SGEvalError([f"{where}: mask size ({pages[wrong[0], 1]}, {pages[wrong[0], 0]}) "
+                                   f"differs from the GT image size ({height}, {width})"])
+            words = np.zeros((len(pages), -(-height * width // 64)), np.uint64)
+            layers, scratch = words.view(np.uint8), np.empty(height * width, np.uint8)
+            use = np.ones(len(pages), bool) if needed is None else np.append(needed, [True] * len(pages))
+            for index, page in enumerate(pages.tolist()):
+                if use[index]:
+                    _read_strips(data, page, strips[starts[index]:starts[index + 1]].tolist(), layers[index], scratch)
         else:
             words = pack_masks(_tifffile_layers(data, height, width, where))
     except SGEvalError:
         raise
-    except Exception as error:  # struct, zlib, tifffile and the codecs raise many types on corrupt data
+    except Exception as error:  # zipfile, tifffile and the codecs raise many types on corrupt data
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
     if len(words) != len(record.categories):
         raise SGEvalError([f"{where}: {len(words)} masks for {len(record.categories)} instances"])

@@ -1,7 +1,12 @@
 """numba kernels against their plain-Python versions (.py_func) and simple references."""
 
+import io
+import struct
+import warnings
+
 import numpy as np
 import pytest
+import tifffile
 
 import sgeval
 
@@ -133,10 +138,6 @@ def test_pack_segments_matches_py_func_and_numpy(seed):
 
 
 def tiff_bytes(masks, **options):
-    import io
-    import warnings
-
-    import tifffile
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -149,6 +150,7 @@ def tiff_bytes(masks, **options):
     ({"photometric": "minisblack", "compression": "deflate", "rowsperstrip": 3}, True),
     ({"photometric": "minisblack"}, True),
     ({"photometric": "minisblack", "byteorder": ">", "compression": "adobe_deflate"}, True),
+    ({"photometric": "minisblack", "byteorder": ">", "rowsperstrip": 3}, True),
     ({"photometric": "minisblack", "compression": "lzw"}, False),
     ({"photometric": "minisblack", "bigtiff": True}, False),
     ({"photometric": "minisblack", "tile": (16, 16)}, False),
@@ -160,8 +162,16 @@ def test_strip_reader_matches_tifffile(options, direct, dtype, width):
     rng = np.random.default_rng(width)
     masks = rng.random((5, 17, width)) < 0.3
     data = tiff_bytes(masks if dtype is bool else masks.astype(np.uint8) * 200, **options)
-    pages = sgeval._tiff_pages(data)
-    assert (pages is not None) == direct
+    status, pages, strips, starts = sgeval.tiff_layout(np.frombuffer(data, np.uint8))
+    assert status == (0 if direct else 1)
+    if direct:  # the layout is what tifffile reads from the directories
+        with tifffile.TiffFile(io.BytesIO(data)) as tiff:
+            assert len(pages) == len(tiff.pages) == 5 and starts[-1] == len(strips)
+            for page, expected, run in zip(pages, tiff.pages, np.split(strips, starts[1:-1])):
+                assert page.tolist() == [width, 17, 1 if dtype is bool else 8, expected.compression,
+                                         expected.rowsperstrip]
+                assert run[:, 0].tolist() == list(expected.dataoffsets)
+                assert run[:, 1].tolist() == list(expected.databytecounts)
     record = sgeval.PredImage("1", np.zeros(5, np.int64), None, None, None, None, "m.tiff")
 
     class Source:
@@ -201,3 +211,52 @@ def test_pack_nonzero_matches_packbits_and_py_func(size):
     np.testing.assert_array_equal(sgeval.pack_nonzero(pixels), expected)
     with np.errstate(over="ignore"):  # numpy scalars warn where the kernel wraps silently
         np.testing.assert_array_equal(sgeval.pack_nonzero.py_func(pixels), expected)
+
+
+def tiff_status(data):
+    return sgeval.tiff_layout(np.frombuffer(data, np.uint8))[0]
+
+
+def test_tiff_layout_statuses_of_odd_files():
+    data = tiff_bytes(np.ones((3, 4, 8), bool), photometric="minisblack")
+    assert [tiff_status(raw) for raw in (b"", b"I", b"PK\x03\x04", b"II+\x00" + bytes(12))] == [1, 1, 1, 1]
+    assert [tiff_status(raw) for raw in (b"II", b"MM\x00*", data[:7], data[:40])] == [2, 2, 2, 2]
+    ifd = struct.unpack_from("<I", data, 4)[0]
+    end = ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0]
+    cycle = bytearray(data)
+    cycle[end:end + 4] = struct.pack("<I", ifd)  # page 0 -> page 0 -> ...
+    assert tiff_status(bytes(cycle)) == 2
+    for raw in (b"MM\x00*", data, bytes(cycle), data[:40]):
+        fast, slow = sgeval.tiff_layout(np.frombuffer(raw, np.uint8)), sgeval.tiff_layout.py_func(np.frombuffer(raw, np.uint8))
+        assert fast[0] == slow[0] and all(np.array_equal(a, b) for a, b in zip(fast[1:], slow[1:]))
+
+
+@pytest.mark.parametrize("options", [{"compression": "adobe_deflate"}, {"byteorder": ">", "rowsperstrip": 2}])
+@pytest.mark.parametrize("dtype", [bool, np.uint8])
+def test_corrupt_tiffs_give_an_error_or_masks_never_a_crash(options, dtype):
+    """Truncated and corrupted files: the strip reader checks every index it reads, so the
+    result is the masks or an SGEvalError naming the file (the kernel does no bounds checks)."""
+    rng = np.random.default_rng(7)
+    masks = rng.random((4, 9, 16)) < 0.4
+    data = tiff_bytes(masks.astype(dtype), photometric="minisblack", **options)
+    record = sgeval.PredImage("1", np.zeros(4, np.int64), None, None, None, None, "m.tiff")
+    statuses = set()
+    for trial in range(400):
+        raw = bytearray(data[: rng.integers(0, len(data))] if trial % 2 else data)
+        for at in rng.integers(0, min(len(raw), 300) or 1, rng.integers(1, 4)) if raw and trial % 4 < 2 else ():
+            raw[at] = rng.integers(0, 256)
+        statuses.add(tiff_status(bytes(raw)))
+
+        class Source:
+            path = "pred.zip"
+
+            def read(self, name):
+                return bytes(raw)
+
+        try:
+            packed = sgeval.load_pred_masks(Source(), record, 9, 16)
+        except sgeval.SGEvalError as error:
+            assert "m.tiff" in error.problems[0] and len(error.problems) == 1
+        else:
+            assert packed.shape == (4, 3) and packed.dtype == np.uint64
+    assert statuses == {0, 1, 2}
