@@ -1355,17 +1355,16 @@ def pack_nonzero(pixels_N):
 
 @numba.njit(cache=_JIT_CACHE)
 def mask_boxes(bits_NW, width):
-    """Pixel count (N,) and a bounding box (N, 4) of packed masks of the given width: rows y0, y1
-    and columns x0, x1, inclusive, the columns to whole bytes (8 pixels); empty: y0 > y1.
-    The boxes may be larger than the masks (never smaller); they only prune the IoU work."""
-    n_masks = bits_NW.shape[0]
-    areas, boxes = np.zeros(n_masks, np.int64), np.empty((n_masks, 4), np.int64)
-    for n in range(n_masks):
-        y0, y1, x0, x1 = 1 << 62, -1, 1 << 62, -1
+    """(N, 5) int64 per packed mask of the given width: pixel count, then a bounding box y0, y1,
+    x0, x1 (inclusive; the columns to whole bytes of 8 pixels; empty mask: y0 > y1). The boxes
+    may be larger than the masks (never smaller); they only prune the IoU work."""
+    boxes = np.zeros((bits_NW.shape[0], 5), np.int64)
+    for n in range(bits_NW.shape[0]):
+        area, y0, y1, x0, x1 = 0, 1 << 62, -1, 1 << 62, -1
         for w in range(bits_NW.shape[1]):
             word = bits_NW[n, w]
             if word:
-                areas[n] += popcount64(word)
+                area += popcount64(word)
                 first, last = 0, 7  # the word's first and last non-zero byte (little-endian view)
                 while not (word >> np.uint64(8 * first)) & np.uint64(255):
                     first += 1
@@ -1378,31 +1377,28 @@ def mask_boxes(bits_NW, width):
                     x0, x1 = min(x0, start - row * width), max(x1, stop - row * width)
                 else:  # the bytes wrap around a row end
                     x0, x1 = 0, width - 1
-        boxes[n, 0], boxes[n, 1], boxes[n, 2], boxes[n, 3] = y0, y1, x0, min(x1, width - 1)
-    return areas, boxes
+        boxes[n, 0], boxes[n, 1], boxes[n, 2], boxes[n, 3], boxes[n, 4] = area, y0, y1, x0, min(x1, width - 1)
+    return boxes
 
 
 @numba.njit(cache=_JIT_CACHE)
-def mask_iou(gt_bits_GW, gt_cat_G, pred_bits_PW, pred_cat_P, width):
-    """IoU (P, G) of bit-packed masks of the given width; -1.0 where categories differ, 0.0 for
-    an empty union. Only the words inside both masks' bounding boxes are visited."""
-    gt_area, gt_box = mask_boxes(gt_bits_GW, width)
-    pred_area, pred_box = mask_boxes(pred_bits_PW, width)
+def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width):
+    """IoU (P, G) of bit-packed masks of the given width with their mask_boxes; -1.0 where
+    categories differ, 0.0 for an empty union. Only words inside both boxes are visited."""
     iou = np.full((pred_bits_PW.shape[0], gt_bits_GW.shape[0]), -1.0)
     for p in range(pred_bits_PW.shape[0]):
         for g in range(gt_bits_GW.shape[0]):
             if pred_cat_P[p] == gt_cat_G[g]:
-                iou[p, g] = _iou(gt_bits_GW[g], pred_bits_PW[p], gt_area[g], pred_area[p], gt_box[g],
-                                 pred_box[p], width)
+                iou[p, g] = _iou(gt_bits_GW[g], pred_bits_PW[p], gt_box_G5[g], pred_box_P5[p], width)
     return iou
 
 
 @numba.njit(cache=_JIT_CACHE)
-def _iou(a_W, b_W, area_a, area_b, box_a, box_b, width):
+def _iou(a_W, b_W, box_a, box_b, width):
     """IoU of two packed masks: the intersection is counted over the words of the boxes' overlap,
     row by row when rows of that overlap cannot share a word, else over its whole row span."""
-    y0, y1 = max(box_a[0], box_b[0]), min(box_a[1], box_b[1])
-    x0, x1 = max(box_a[2], box_b[2]), min(box_a[3], box_b[3])
+    y0, y1 = max(box_a[1], box_b[1]), min(box_a[2], box_b[2])
+    x0, x1 = max(box_a[3], box_b[3]), min(box_a[4], box_b[4])
     inter, n_words = 0, a_W.shape[0]
     if y0 <= y1 and x0 <= x1:
         if width - (x1 - x0) >= 64:
@@ -1412,19 +1408,18 @@ def _iou(a_W, b_W, area_a, area_b, box_a, box_b, width):
         else:
             for w in range((y0 * width) >> 6, min(((y1 * width + width - 1) >> 6) + 1, n_words)):
                 inter += popcount64(a_W[w] & b_W[w])
-    union = area_a + area_b - inter
+    union = box_a[0] + box_b[0] - inter
     return inter / union if union > 0 else 0.0
 
 
 @numba.njit(cache=_JIT_CACHE)
-def self_iou(bits_PW, width):
-    """Symmetric IoU (P, P) of every pair of packed masks of the given width, categories ignored
-    (1.0 on the diagonal unless the mask is empty)."""
-    area, box = mask_boxes(bits_PW, width)
+def self_iou(bits_PW, box_P5, width):
+    """Symmetric IoU (P, P) of every pair of packed masks of the given width (with their
+    mask_boxes), categories ignored (1.0 on the diagonal unless the mask is empty)."""
     iou = np.zeros((bits_PW.shape[0], bits_PW.shape[0]))
     for i in range(bits_PW.shape[0]):
         for j in range(i + 1):
-            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], area[i], area[j], box[i], box[j], width)
+            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], box_P5[i], box_P5[j], width)
     return iou
 
 
@@ -1697,9 +1692,11 @@ def _evaluate_image(task):
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
         else:
             bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
-            gt_bits = load_gt_masks(gt) if needed is None or needed.any() else None
-            iou = (mask_iou(gt_bits, gt.categories, bits, pred.categories, gt.width) if gt_bits is not None
-                   else np.full((len(pred.categories), len(gt.categories)), -1.0))
+            boxes, iou = mask_boxes(bits, gt.width), np.full((len(pred.categories), len(gt.categories)), -1.0)
+            if needed is None or needed.any():  # else no prediction has a GT category
+                gt_bits = load_gt_masks(gt)
+                gt_boxes = mask_boxes(gt_bits, gt.width)
+                iou = mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width)
     except SGEvalError as error:
         return None, None, error.problems
     counts = {protocol: count(MATCHERS[protocol](iou, threshold), pred.triplets, pred.ng_triplets,
@@ -1707,7 +1704,7 @@ def _evaluate_image(task):
     if not merge:
         return counts, no_audit, []
     if mode == "mask":
-        iou_pp = self_iou(bits, gt.width)
+        iou_pp = self_iou(bits, boxes, gt.width)
     else:
         no_category = np.zeros(len(pred.categories), np.int64)
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
@@ -1715,7 +1712,8 @@ def _evaluate_image(task):
     merged_T = remap_to_nodes(pred.triplets, node_of)
     if "singlempo" in protocols:
         node_categories = pred.categories[source_of_node]
-        node_iou = mask_iou(gt_bits, gt.categories, node_bits, node_categories, gt.width) if mode == "mask" else iou[source_of_node]
+        node_iou = (mask_iou(gt_bits, gt.categories, gt_boxes, node_bits, node_categories,
+                             mask_boxes(node_bits, gt.width), gt.width) if mode == "mask" else iou[source_of_node])
         counts["singlempo"] = count(match_unique(node_iou, threshold), merged_T,
                                     remap_to_nodes(pred.ng_triplets, node_of), True)
     counts = {protocol: counts[protocol] for protocol in protocols}  # in the configured order

@@ -29,7 +29,9 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
     pred[0], pred[1] = gt[1], False
     gt_cat, pred_cat = rng.integers(0, 2, 6), rng.integers(0, 2, 9)
     pred_cat[0:2] = gt_cat[1]
-    args = (sgeval.pack_masks(gt), gt_cat, sgeval.pack_masks(pred), pred_cat, width)
+    gt_bits, pred_bits = sgeval.pack_masks(gt), sgeval.pack_masks(pred)
+    args = (gt_bits, gt_cat, sgeval.mask_boxes(gt_bits, width), pred_bits, pred_cat,
+            sgeval.mask_boxes(pred_bits, width), width)
     fast = sgeval.mask_iou(*args)
     np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args))
     for p in range(9):
@@ -45,16 +47,14 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
 
 def test_popcount_and_boxes():
     words = np.array([[0, 1, 2**63, 2**64 - 1, 0x0F0F, 0], [0, 0, 0, 0, 0, 0]], np.uint64)
-    areas, boxes = sgeval.mask_boxes(words, 64)
-    assert areas.tolist() == [0 + 1 + 1 + 64 + 8, 0]
+    boxes = sgeval.mask_boxes(words, 64)
     # bit 0 of a word is pixel 7 of its row (np.packbits order): byte-wide columns 0-7 ... 56-63
-    assert boxes[0].tolist() == [1, 4, 0, 63] and boxes[1, 0] > boxes[1, 1]
-    assert [a.tolist() for a in sgeval.mask_boxes.py_func(words, 64)] == [areas.tolist(), boxes.tolist()]
+    assert boxes[0].tolist() == [0 + 1 + 1 + 64 + 8, 1, 4, 0, 63] and boxes[1, 0] == 0 and boxes[1, 1] > boxes[1, 2]
+    assert sgeval.mask_boxes.py_func(words, 64).tolist() == boxes.tolist()
     rng = np.random.default_rng(1)
     for width in (1, 5, 8, 21, 64, 100):
         masks = random_masks(rng, 20, 9, width, 0.02)
-        areas, boxes = sgeval.mask_boxes(sgeval.pack_masks(masks), width)
-        for mask, area, (y0, y1, x0, x1) in zip(masks, areas, boxes):
+        for mask, (area, y0, y1, x0, x1) in zip(masks, sgeval.mask_boxes(sgeval.pack_masks(masks), width)):
             ys, xs = np.nonzero(mask)
             assert area == len(ys)
             if len(ys):  # the box holds the mask: no pixel is ever pruned away
@@ -196,9 +196,10 @@ def test_self_iou_matches_mask_iou_and_py_func():
     masks[3] = False
     masks[4] = masks[1]
     bits, zeros = sgeval.pack_masks(masks), np.zeros(9, np.int64)
-    fast = sgeval.self_iou(bits, 13)
-    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, bits, zeros, 13))
-    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, 13))
+    boxes = sgeval.mask_boxes(bits, 13)
+    fast = sgeval.self_iou(bits, boxes, 13)
+    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, boxes, bits, zeros, boxes, 13))
+    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, boxes, 13))
     assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
 
 

@@ -30,10 +30,9 @@ def merge(scores):
     pred = sgeval.PredImage("1", np.array(CATEGORIES), None, None if scores is None else np.array(scores),
                             np.array(TRIPLETS), np.array(TRIPLETS), None)
     bits = sgeval.pack_masks(np.array(MASKS))
-    zeros = np.zeros(len(MASKS), np.int64)
     order = sgeval.merge_order(pred)
-    node_of, source, node_bits = sgeval.merge_instances(sgeval.mask_iou(bits, zeros, bits, zeros, 8), bits, order,
-                                                        0.5, True)
+    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8)
+    node_of, source, node_bits = sgeval.merge_instances(iou, bits, order, 0.5, True)
     node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
     return order.tolist(), node_of.tolist(), source.tolist(), node_masks
 
@@ -62,8 +61,8 @@ def test_merge_kernel_matches_py_func():
     rng = np.random.default_rng(3)
     masks = rng.random((12, 5, 9)) < 0.4
     masks[5] = masks[2]  # an exact duplicate
-    bits, zeros = sgeval.pack_masks(masks), np.zeros(12, np.int64)
-    iou = sgeval.mask_iou(bits, zeros, bits, zeros, 9)
+    bits = sgeval.pack_masks(masks)
+    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 9), 9)
     for order in (np.arange(12), rng.permutation(12)):
         for claim in (True, False):
             fast = sgeval.merge_instances(iou, bits, order, 0.5, claim)
