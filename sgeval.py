@@ -1424,11 +1424,12 @@ def self_iou(bits_PW, box_P5, width):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def merge_instances(iou_PP, bits_PW, order_P, threshold, claim_pixels):
+def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pixels):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
     and absorbs every later instance with IoU >= threshold. Returns node_of (P,) (-1 = dropped),
-    the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed."""
+    the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed.
+    box_P5: mask_boxes of the masks (of the given width): only their rows' words are visited."""
     n_pred = iou_PP.shape[0]
     node_of, source = np.full(n_pred, -1, np.int64), np.full(n_pred, -1, np.int64)
     absorbed = np.zeros(n_pred, np.bool_)
@@ -1440,8 +1441,11 @@ def merge_instances(iou_PP, bits_PW, order_P, threshold, claim_pixels):
         if absorbed[i]:
             continue
         if claim_pixels:
-            free = 0
-            for w in range(bits_PW.shape[1]):
+            free, start, stop = 0, 0, 0
+            if box_P5[i, 0] > 0:  # the words of the mask's rows (an empty mask has none)
+                start = (box_P5[i, 1] * width) >> 6
+                stop = min(((box_P5[i, 2] + 1) * width + 63) >> 6, bits_PW.shape[1])
+            for w in range(start, stop):
                 node_bits[n_nodes, w] = bits_PW[i, w] & ~claimed[w]
                 claimed[w] |= bits_PW[i, w]
                 free += popcount64(node_bits[n_nodes, w])
@@ -1708,7 +1712,9 @@ def _evaluate_image(task):
     else:
         no_category = np.zeros(len(pred.categories), np.int64)
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
-    node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, merge_order(pred), MERGE_IOU, mode == "mask")
+        boxes = mask_boxes(bits, gt.width)
+    node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, boxes, gt.width, merge_order(pred), MERGE_IOU,
+                                                         mode == "mask")
     merged_T = remap_to_nodes(pred.triplets, node_of)
     if "singlempo" in protocols:
         node_categories = pred.categories[source_of_node]

@@ -32,7 +32,7 @@ def merge(scores):
     bits = sgeval.pack_masks(np.array(MASKS))
     order = sgeval.merge_order(pred)
     iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8)
-    node_of, source, node_bits = sgeval.merge_instances(iou, bits, order, 0.5, True)
+    node_of, source, node_bits = sgeval.merge_instances(iou, bits, sgeval.mask_boxes(bits, 8), 8, order, 0.5, True)
     node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
     return order.tolist(), node_of.tolist(), source.tolist(), node_masks
 
@@ -57,18 +57,30 @@ def test_merge_without_scores_uses_first_appearance():
     np.testing.assert_array_equal(node_masks, [cells(2, 8, (0, 0, 3)), G1, cells(2, 8, (1, 0, 8), (0, 3, 4))])
 
 
-def test_merge_kernel_matches_py_func():
-    rng = np.random.default_rng(3)
-    masks = rng.random((12, 5, 9)) < 0.4
+@pytest.mark.parametrize("width", [9, 64, 130])
+def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
+    rng = np.random.default_rng(width)
+    masks = rng.random((14, 7, width)) < 0.4
     masks[5] = masks[2]  # an exact duplicate
+    masks[6] = False  # an empty mask
+    for k in (7, 8, 9, 10):  # small objects in a few rows: the walk visits only those rows' words
+        masks[k] = False
+        y, x = rng.integers(0, 6), rng.integers(0, width - 3)
+        masks[k, y: y + 2, x: x + 3] = True
+    masks[11] = masks[7] | masks[8]
     bits = sgeval.pack_masks(masks)
-    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 9), 9)
-    for order in (np.arange(12), rng.permutation(12)):
+    boxes = sgeval.mask_boxes(bits, width)
+    full = boxes.copy()
+    full[:, 1:] = [0, 6, 0, width - 1]  # boxes as large as the image: nothing pruned
+    iou = sgeval.self_iou(bits, boxes, width)
+    for order in (np.arange(14), rng.permutation(14)):
         for claim in (True, False):
-            fast = sgeval.merge_instances(iou, bits, order, 0.5, claim)
-            slow = sgeval.merge_instances.py_func(iou, bits, order, 0.5, claim)
-            for a, b in zip(fast, slow):
-                np.testing.assert_array_equal(a, b)
+            fast = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim)
+            for other in (sgeval.merge_instances.py_func(iou, bits, boxes, width, order, 0.5, claim),
+                          sgeval.merge_instances(iou, bits, full, width, order, 0.5, claim)):
+                for a, b in zip(fast, other):
+                    np.testing.assert_array_equal(a, b)
+            assert fast[0][6] == (-1 if claim else fast[0][6])  # the empty mask is dropped
 
 
 def protocol_case(tmp_path, scores=SCORES, **config):
