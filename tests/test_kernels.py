@@ -4,6 +4,7 @@ import io
 import struct
 import warnings
 
+import imagecodecs
 import numpy as np
 import pytest
 import tifffile
@@ -261,3 +262,32 @@ def test_corrupt_tiffs_give_an_error_or_masks_never_a_crash(options, dtype):
         else:
             assert packed.shape == (4, 3) and packed.dtype == np.uint64
     assert statuses == {0, 1, 2}
+
+
+@pytest.mark.parametrize("dtype", [bool, np.uint8])
+def test_strips_and_pngs_read_the_same_with_the_fallback_inflater(monkeypatch, dtype):
+    """zlib-ng inflates when imagecodecs has it; libdeflate (the fallback) gives the same masks."""
+    rng = np.random.default_rng(11)
+    masks = rng.random((3, 30, 70)) < 0.2
+    data = tiff_bytes(masks.astype(dtype), photometric="minisblack", compression="adobe_deflate",
+                      rowsperstrip=7)
+    record = sgeval.PredImage("1", np.zeros(3, np.int64), None, None, None, None, "m.tiff")
+
+    class Source:
+        path = "pred.zip"
+
+        def read(self, name):
+            return data
+
+    ids = rng.integers(0, 3, (30, 70))
+    png = imagecodecs.png_encode(np.dstack([ids, ids, ids]).astype(np.uint8))
+    results = []
+    for inflate in (sgeval._inflate, imagecodecs.deflate_decode):
+        monkeypatch.setattr(sgeval, "_inflate", inflate)
+        results.append((sgeval.load_pred_masks(Source(), record, 30, 70),
+                        sgeval.png_segments(png, np.array([0, 65793, 131586]), (30, 70))))
+    np.testing.assert_array_equal(results[0][0], sgeval.pack_masks(masks))
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    expected = np.packbits((ids[None] == np.arange(3)[:, None, None]).reshape(3, -1), axis=1)
+    np.testing.assert_array_equal(results[0][1], expected)
+    np.testing.assert_array_equal(results[1][1], expected)
