@@ -1807,12 +1807,6 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
     return {key: float(value) for key, value in out.items()}, per_predicate
 
 
-def stack_counts(per_image, shapes):
-    """Stack per-image count dicts into int64 arrays with a leading image axis (I may be 0)."""
-    return {field: np.array([c[field] for c in per_image], np.int64).reshape((len(per_image),) + shape)
-            for field, shape in shapes.items()}
-
-
 # ---------------------------------------------------------------------------------------------
 # Evaluation driver and report
 # ---------------------------------------------------------------------------------------------
@@ -1886,12 +1880,18 @@ def evaluate(config, progress=None):
         for slot in np.flatnonzero(~predicted) if not problems else ():
             yield slot, (gt.images[slot], None, source, static)
 
-    results, image_problems = [None] * len(gt.images), {}
+    shapes = count_shapes(len(config.k), len(config.imr_k), len(names))  # counts of image i at [i]
+    stacked = {p: {field: np.zeros((len(gt.images),) + shape, np.int64) for field, shape in shapes.items()}
+               for p in protocols}
+    audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
     try:
         for done, (slot, (counts, audit, found)) in enumerate(_run(tasks(), config.workers), 1):
-            results[slot] = (counts, audit)
             if found:
                 image_problems[slot] = found
+            for protocol in protocols if counts is not None else ():
+                for field, value in counts[protocol].items():
+                    stacked[protocol][field][slot] = value
+            audits[slot] = audit if audit is not None else 0
             if progress:
                 progress(done, len(gt.images))
     finally:
@@ -1899,10 +1899,6 @@ def evaluate(config, progress=None):
     problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
-    per_image = {p: [counts[p] for counts, _ in results] for p in protocols}
-    audits = [audit for _, audit in results]
-    shapes = count_shapes(len(config.k), len(config.imr_k), len(names))
-    stacked = {protocol: stack_counts(per_image[protocol], shapes) for protocol in protocols}
     present = stacked[config.protocol]["gt_rel"].sum(axis=0) > 0
     by_protocol = {}
     for protocol in protocols:
@@ -1945,7 +1941,7 @@ def evaluate(config, progress=None):
 
 def _audit_report(audits, images):
     """Totals, per-image means and per-image rows of the audit counts."""
-    audit_II = np.array(audits, np.int64).reshape(-1, len(AUDIT_FIELDS))
+    audit_II = np.asarray(audits, np.int64).reshape(-1, len(AUDIT_FIELDS))
     means = audit_II.mean(axis=0) if len(audit_II) else np.zeros(len(AUDIT_FIELDS))
     return {**{field: int(total) for field, total in zip(AUDIT_FIELDS, audit_II.sum(axis=0))},
             "per_image_mean": {field: float(value) for field, value in zip(AUDIT_FIELDS, means)},

@@ -1,11 +1,12 @@
 """The decode floor of a mask-mode evaluation: the least work any evaluator must do.
 
-For every evaluated image (in ``test_image_ids`` with at least one relation), decode the GT
-panoptic PNG with PIL into a numpy array, and decompress every strip of every page of the image's
-prediction TIFF, read in memory from the ZIP. Nothing else: no ``triplets.json``, no unpacking of
-bits, no masks compared. The TIFF structure is walked here (classic TIFF, either byte order) and
-the strips are inflated with libdeflate (``imagecodecs.deflate_decode``), the fastest inflater at
-hand; ``--codec zlib`` uses the standard library instead.
+For every evaluated image (in ``test_image_ids`` with at least one relation), decompress the GT
+panoptic PNG's image data and every strip of every page of the image's prediction TIFF, read in
+memory from the ZIP. Nothing else: no ``triplets.json``, no PNG row filters undone, no unpacking
+of bits, no masks compared. The PNG chunks and the TIFF structure are walked here (classic TIFF,
+either byte order); every zlib stream is inflated with zlib-ng (``imagecodecs.zlibng_decode``),
+the fastest inflater at hand (``--codec libdeflate`` or ``zlib`` for the others). ``--png pil``
+decodes the PNGs fully with PIL instead (what the floor used before zlib-ng was found).
 
     python bench/decode_floor.py --gt psg.json --gt-seg panoptic --pred sgbench.zip --workers 2
 
@@ -67,26 +68,43 @@ def tiff_strips(data):
         page += 1
 
 
-def inflate_libdeflate(strip, size):
-    return imagecodecs.deflate_decode(strip, out=size)
+INFLATERS = {
+    "zlibng": lambda stream, size: imagecodecs.zlibng_decode(stream, out=size),
+    "libdeflate": lambda stream, size: imagecodecs.deflate_decode(stream, out=size),
+    "zlib": lambda stream, size: zlib.decompress(stream, bufsize=size),
+}
 
 
-def inflate_zlib(strip, size):
-    return zlib.decompress(strip, bufsize=size)
+def png_stream(data):
+    """(zlib stream, inflated size) of an 8-bit RGB/RGBA PNG: its IDAT chunks joined."""
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    if depth != 8 or colour not in (2, 6):
+        raise ValueError(f"PNG bit depth {depth}, colour type {colour}: not 8-bit RGB(A)")
+    chunks, pos = [], 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            chunks.append(data[pos + 8:pos + 8 + length])
+        pos += 12 + length
+    return b"".join(chunks), height * (1 + width * (4 if colour == 6 else 3))
 
 
-_STATE = {}  # per process: the open ZIP and the inflater
+_STATE = {}  # per process: the open ZIP, the inflater and the PNG mode
 
 
-def _setup(pred_path, codec):
-    _STATE.update(zip=zipfile.ZipFile(pred_path), inflate=inflate_libdeflate if codec == "libdeflate" else inflate_zlib)
+def _setup(pred_path, codec, png_mode):
+    _STATE.update(zip=zipfile.ZipFile(pred_path), inflate=INFLATERS[codec], png=png_mode)
 
 
 def decode_image(job):
     """Decode one image: (pages, strips, inflated bytes)."""
     png_path, member = job
-    with Image.open(png_path) as png:
-        np.asarray(png)
+    if _STATE["png"] == "pil":
+        with Image.open(png_path) as png:
+            np.asarray(png)
+    else:
+        with open(png_path, "rb") as handle:
+            _STATE["inflate"](*png_stream(handle.read()))
     pages = strips = inflated = 0
     for page, strip, size in tiff_strips(_STATE["zip"].read(member)):
         inflated += len(_STATE["inflate"](strip, size))
@@ -106,18 +124,18 @@ def jobs(gt_path, seg_root, pred_path):
             if str(entry["image_id"]) in test_ids and entry["relations"] and str(entry["image_id"]) in members]
 
 
-def run(gt_path, seg_root, pred_path, workers=1, codec="libdeflate"):
+def run(gt_path, seg_root, pred_path, workers=1, codec="zlibng", png_mode="inflate"):
     """Decode everything; returns {images, pages, strips, inflated_bytes}."""
     todo = jobs(gt_path, seg_root, pred_path)
     if workers <= 1:
-        _setup(pred_path, codec)
+        _setup(pred_path, codec, png_mode)
         try:
             results = list(map(decode_image, todo))
         finally:
             _STATE.pop("zip").close()
     else:
         context = multiprocessing.get_context("fork")
-        with context.Pool(workers, initializer=_setup, initargs=(pred_path, codec)) as pool:
+        with context.Pool(workers, initializer=_setup, initargs=(pred_path, codec, png_mode)) as pool:
             results = list(pool.imap(decode_image, todo, chunksize=max(1, len(todo) // (workers * 16))))
     pages, strips, inflated = (sum(column) for column in zip(*results)) if results else (0, 0, 0)
     return {"images": len(results), "pages": pages, "strips": strips, "inflated_bytes": inflated}
@@ -129,10 +147,13 @@ def main():
     parser.add_argument("--gt-seg", required=True, help="panoptic PNG root")
     parser.add_argument("--pred", required=True, help="prediction ZIP")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--codec", choices=["libdeflate", "zlib"], default="libdeflate" if imagecodecs else "zlib")
+    parser.add_argument("--codec", choices=list(INFLATERS),
+                        default="zlibng" if imagecodecs and imagecodecs.ZLIBNG.available else "zlib")
+    parser.add_argument("--png", choices=["inflate", "pil"], default="inflate",
+                        help="inflate the PNG image data only (default) or decode it fully with PIL")
     args = parser.parse_args()
-    totals = run(args.gt, args.gt_seg, args.pred, args.workers, args.codec)
-    print(f"decode floor ({args.codec}, {args.workers} worker(s)): {totals['images']} images, "
+    totals = run(args.gt, args.gt_seg, args.pred, args.workers, args.codec, args.png)
+    print(f"decode floor ({args.codec}, PNG {args.png}, {args.workers} worker(s)): {totals['images']} images, "
           f"{totals['pages']} pages, {totals['strips']} strips, {totals['inflated_bytes'] / 2**20:.1f} MiB inflated")
     return 0
 

@@ -10,6 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 import tifffile
+from PIL import Image
 from conftest import ROOT, sgeval
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -75,12 +76,22 @@ def test_decode_floor_inflates_the_masks(workload, layout):
         data = archive.read(name)
     expected = tifffile.imread(io.BytesIO(data)).astype(bool)
     pages = {}
+    inflaters = decode_floor.INFLATERS
     for page, strip, size in decode_floor.tiff_strips(data):
-        pages[page] = pages.get(page, b"") + decode_floor.inflate_libdeflate(strip, size)
-        assert decode_floor.inflate_zlib(strip, size) == decode_floor.inflate_libdeflate(strip, size)
+        pages[page] = pages.get(page, b"") + bytes(inflaters["zlibng"](strip, size))
+        assert {bytes(inflate(strip, size)) for inflate in inflaters.values()} == {pages[page][-size:]}
     height, width = expected.shape[1:]
     rows = [np.frombuffer(pages[p], np.uint8).reshape(height, -1) for p in sorted(pages)]
     decoded = np.stack([r if r.shape[1] == width else np.unpackbits(r, axis=1)[:, :width] for r in rows])
     np.testing.assert_array_equal(decoded != 0, expected)
-    totals = decode_floor.run(workload / "psg.json", workload / "panoptic", workload / layout)
-    assert totals["images"] == 3 and totals["pages"] == 3 * TINY["n_masks"]
+    for png_mode in ("inflate", "pil"):
+        totals = decode_floor.run(workload / "psg.json", workload / "panoptic", workload / layout, png_mode=png_mode)
+        assert totals["images"] == 3 and totals["pages"] == 3 * TINY["n_masks"]
+
+
+def test_decode_floor_inflates_the_png_image_data(workload):
+    path = next((workload / "panoptic").glob("*.png"))
+    stream, size = decode_floor.png_stream(path.read_bytes())
+    rows = np.frombuffer(decode_floor.INFLATERS["zlibng"](stream, size), np.uint8)
+    height, width = np.asarray(Image.open(path)).shape[:2]
+    assert len(rows) == size == height * (1 + 3 * width)  # a filter byte and RGB per row
