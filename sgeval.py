@@ -912,7 +912,7 @@ def _set_bits(bits_B, start, stop):
         bits_B[last] |= tail
 
 
-@numba.njit(cache=_JIT_CACHE, inline="always")
+@numba.njit(cache=_JIT_CACHE)
 def _png_predict(kind, a, b, c):
     """PNG filter predictor (1 Sub, 3 Average, 4 Paeth) of a byte from its left (a), upper (b) and
     upper left (c) neighbours."""
@@ -1058,6 +1058,7 @@ def load_gt_masks(image):
 _TIFF_TAGS = np.array([256, 257, 258, 259, 266, 273, 277, 278, 279, 317, 322, 339], np.int64)
 (_WIDTH, _HEIGHT, _BITS, _COMPRESSION, _FILL_ORDER, _OFFSETS, _SAMPLES, _ROWS_PER_STRIP, _BYTE_COUNTS,
  _PREDICTOR, _TILES, _SAMPLE_FORMAT) = range(12)
+_TIFF_ONES = np.array([_SAMPLES, _FILL_ORDER, _PREDICTOR, _SAMPLE_FORMAT])  # tags that must be absent or 1
 
 
 @numba.njit(cache=_JIT_CACHE)
@@ -1071,12 +1072,6 @@ def _uint(buf, at, size, big):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def _is_one(count_k, first_k, k):
-    """A tag absent (default 1) or holding the one value 1."""
-    return count_k[k] < 0 or (count_k[k] == 1 and first_k[k] == 1)
-
-
-@numba.njit(cache=_JIT_CACHE)
 def tiff_layout(buf):
     """Strip layout of a classic TIFF (the whole file as (N,) uint8) for the direct strip reader.
 
@@ -1085,14 +1080,14 @@ def tiff_layout(buf):
     strips[starts[p]:starts[p + 1]]. status 1: not a classic TIFF, or a page that is not 1 sample
     of 1 or 8 bits, uncompressed or deflate, without predictor, in strips (tifffile reads it).
     status 2: corrupt or truncated. Every index is checked before it is read."""
-    n = buf.shape[0]
+    n, two, four = buf.shape[0], np.int64(2), np.int64(4)  # run-time sizes: _uint is compiled once
     none5, none2, none1 = np.zeros((0, 5), np.int64), np.zeros((0, 2), np.int64), np.zeros(1, np.int64)
     if n < 2 or buf[0] != buf[1] or (buf[0] != 73 and buf[0] != 77):  # "II" or "MM"
         return 1, none5, none2, none1
     big = buf[0] == 77
     if n < 8:
         return 2, none5, none2, none1
-    if _uint(buf, 2, 2, big) != 42:  # BigTIFF (43) or not a TIFF
+    if _uint(buf, two, two, big) != 42:  # BigTIFF (43) or not a TIFF
         return 1, none5, none2, none1
     # per page: the five page values, then where the strip offsets (position, value size, count)
     # and byte counts (position, value size) are
@@ -1100,39 +1095,41 @@ def tiff_layout(buf):
     count_k, first_k = np.zeros(12, np.int64), np.zeros(12, np.int64)  # per tag: value count, first value
     pos_k, size_k = np.zeros(12, np.int64), np.zeros(12, np.int64)  # per tag: value position, value size
     n_pages, bad = 0, False  # bad: a page with missing or inconsistent tags
-    ifd = _uint(buf, 4, 4, big)
+    ifd = _uint(buf, four, four, big)
     while ifd:
         if ifd + 2 > n:
             return 2, none5, none2, none1
         count_k[:] = -1
-        end = ifd + 2 + 12 * _uint(buf, ifd, 2, big)
+        end = ifd + 2 + 12 * _uint(buf, ifd, two, big)
         for entry in range(ifd + 2, end, 12):
             if entry + 12 > n:
                 return 2, none5, none2, none1
-            tag, k = _uint(buf, entry, 2, big), 0
+            tag, k = _uint(buf, entry, two, big), 0
             while k < 12 and _TIFF_TAGS[k] != tag:
                 k += 1
             if k == 12:
                 continue  # a tag the reader ignores
-            kind = _uint(buf, entry + 2, 2, big)
+            kind = _uint(buf, entry + 2, two, big)
             size = 1 if kind == 1 else 2 if kind == 3 else 4 if kind == 4 else 8 if kind == 16 else 0
             if size == 0:
                 return 1, none5, none2, none1
-            count = _uint(buf, entry + 4, 4, big)
-            pos = entry + 8 if count * size <= 4 else _uint(buf, entry + 8, 4, big)
+            count = _uint(buf, entry + 4, four, big)
+            pos = entry + 8 if count * size <= 4 else _uint(buf, entry + 8, four, big)
             if pos + count * size > n:
                 return 2, none5, none2, none1
             count_k[k], pos_k[k], size_k[k] = count, pos, size
             first_k[k] = _uint(buf, pos, size, big) if count else -1
-        if count_k[_TILES] >= 0 or not _is_one(count_k, first_k, _SAMPLES):
+        if count_k[_TILES] >= 0:
             return 1, none5, none2, none1
+        for k in _TIFF_ONES:
+            if count_k[k] >= 0 and (count_k[k] != 1 or first_k[k] != 1):
+                return 1, none5, none2, none1
         if count_k[_BITS] == 0 or count_k[_COMPRESSION] == 0:
             return 2, none5, none2, none1
         bits = first_k[_BITS] if count_k[_BITS] > 0 else 1
         compression = first_k[_COMPRESSION] if count_k[_COMPRESSION] > 0 else 1
-        if ((bits != 1 and bits != 8) or not _is_one(count_k, first_k, _FILL_ORDER)
-                or not _is_one(count_k, first_k, _PREDICTOR) or not _is_one(count_k, first_k, _SAMPLE_FORMAT)
-                or (compression != 1 and compression != 8 and compression != 32946) or count_k[_OFFSETS] < 0):
+        if ((bits != 1 and bits != 8) or (compression != 1 and compression != 8 and compression != 32946)
+                or count_k[_OFFSETS] < 0):
             return 1, none5, none2, none1
         if 18 * (n_pages + 1) > n:  # more pages than directories fit in the file: a cycle
             return 2, none5, none2, none1
@@ -1142,14 +1139,17 @@ def tiff_layout(buf):
                 or count_k[_BYTE_COUNTS] != count_k[_OFFSETS])
         if n_pages == table.shape[0]:
             grown = np.zeros((2 * n_pages, 10), np.int64)
-            grown[:n_pages] = table
+            for p in range(n_pages):  # a loop: array assignment would compile numba's shape-error text
+                for c in range(10):
+                    grown[p, c] = table[p, c]
             table = grown
-        table[n_pages] = np.array([first_k[_WIDTH], height, bits, compression, rows, pos_k[_OFFSETS],
-                                   size_k[_OFFSETS], count_k[_OFFSETS], pos_k[_BYTE_COUNTS], size_k[_BYTE_COUNTS]])
+        table[n_pages, 0], table[n_pages, 1], table[n_pages, 2], table[n_pages, 3] = first_k[_WIDTH], height, bits, compression
+        table[n_pages, 4], table[n_pages, 5], table[n_pages, 6] = rows, pos_k[_OFFSETS], size_k[_OFFSETS]
+        table[n_pages, 7], table[n_pages, 8], table[n_pages, 9] = count_k[_OFFSETS], pos_k[_BYTE_COUNTS], size_k[_BYTE_COUNTS]
         n_pages += 1
         if end + 4 > n:
             return 2, none5, none2, none1
-        ifd = _uint(buf, end, 4, big)
+        ifd = _uint(buf, end, four, big)
     if bad:  # reported only now: a later page that tifffile must read takes precedence
         return 2, none5, none2, none1
     starts = np.zeros(n_pages + 1, np.int64)
