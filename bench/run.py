@@ -9,7 +9,9 @@
    (a) ``python -m sgbench psg.json sgbench.zip --gt-masks panoptic --workers W'`` (W' = 0, i.e.
        in-process, for W = 1; a Pool of W otherwise),
    (b) ``sgeval.py --pred sgbench.zip --workers W``, (c) ``sgeval.py --pred compact.zip ...``,
-   (d) ``decode_floor.py --pred sgbench.zip --workers W``, (e) the same on compact.zip;
+   (d) ``decode_floor.py --pred sgbench.zip --workers W`` (zlib-ng, PNG image data inflated only),
+   (e) the same on compact.zip, (f) (c) with ``--no-audit``, (g) the floor on sgbench.zip as the
+   issue first measured it (libdeflate, PNGs decoded by PIL);
    and reports medians of wall and CPU time, ms per evaluated image and memory (see
    ``bench/README.md`` for what the memory columns mean).
 5. Prints the table and the ratios, and writes everything to ``bench/results/<n>.json``.
@@ -48,9 +50,10 @@ TOOLS = {
     "d": "decode floor, sgbench.zip",
     "e": "decode floor, compact.zip",
     "f": "sgeval --no-audit, compact.zip",
+    "g": "old floor, sgbench.zip",
 }
 RATIOS = [("a", "b", ">= 2.0 at W=2"), ("a", "c", ">= 10"), ("b", "d", "<= 1.3"), ("c", "e", "(no target)"),
-          ("a", "f", "(no target)")]
+          ("a", "f", "(no target)"), ("b", "g", "(the floor as first measured)")]
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -196,7 +199,7 @@ def jit_cache_files():
 
 
 def commands(data, sgbench_python, workers, output):
-    """The five measured commands for one worker count."""
+    """The measured commands for one worker count."""
     psg, panoptic = data / "psg.json", data / "panoptic"
     sgeval = [sys.executable, SGEVAL, "--gt", psg, "--gt-seg", panoptic, "--workers", workers, "--quiet"]
     floor = [sys.executable, BENCH / "decode_floor.py", "--gt", psg, "--gt-seg", panoptic, "--workers", workers]
@@ -208,6 +211,7 @@ def commands(data, sgbench_python, workers, output):
         "d": floor + ["--pred", data / "sgbench.zip"],
         "e": floor + ["--pred", data / "compact.zip"],
         "f": sgeval + ["--pred", data / "compact.zip", "--no-audit", "--output", output / f"f{workers}.json"],
+        "g": floor + ["--pred", data / "sgbench.zip", "--codec", "libdeflate", "--png", "pil"],
     }
 
 
@@ -284,7 +288,7 @@ def run_benchmark(n_images, runs, worker_counts, generation_workers):
                         sample["sgeval_sha256"] = version
                     samples[workers, tool].append(sample)
                     state = "" if sample["returncode"] == 0 else f"  FAILED (exit {sample['returncode']})"
-                    print(f"run {run}/{runs}  W={workers}  ({tool}) {TOOLS[tool]:<27} {sample['wall_s']:7.2f} s"
+                    print(f"run {run}/{runs}  W={workers}  ({tool}) {TOOLS[tool]:<30} {sample['wall_s']:7.2f} s"
                           f"{state}", file=sys.stderr)
                     if sample["returncode"] != 0:
                         print(sample["stderr"][-2000:], file=sys.stderr)
@@ -349,12 +353,12 @@ def report(results):
         "versions: sgbench venv " + ", ".join(f"{k} {v}" for k, v in results["versions"]["sgbench_venv"].items())
         + "; sgeval venv " + ", ".join(f"{k} {v}" for k, v in results["versions"]["sgeval_venv"].items()),
         "",
-        f"median of {results['runs']} runs{'':<26}wall s  spread   cpu s  other  ms/img  maxRSS MiB  tree RSS  tree PSS",
+        f"median of {results['runs']} runs{'':<29}wall s  spread   cpu s  other  ms/img  maxRSS MiB  tree RSS  tree PSS",
     ]
     for w in results["worker_counts"]:
         for tool, name in TOOLS.items():
             s = results["measurements"][f"W={w} ({tool})"]
-            label = f"{'W=' + str(w) if tool == 'a' else '':<4} ({tool}) {name:<27}"
+            label = f"{'W=' + str(w) if tool == 'a' else '':<4} ({tool}) {name:<30}"
             if "wall_s" not in s:
                 lines.append(f"{label}  FAILED: {s['stderr'].strip().splitlines()[-1] if s['stderr'].strip() else ''}")
                 continue
@@ -365,11 +369,11 @@ def report(results):
     mixed = [key for key, s in results["measurements"].items() if len(s.get("sgeval_versions", ())) > 1]
     if mixed:
         lines.append("warning: sgeval.py changed between runs of " + ", ".join(mixed) + "; their medians mix versions")
-    lines += ["", "ratios of median wall time   " + "".join(f"{'W=' + str(w):>8}" for w in results["worker_counts"])
+    lines += ["", "ratios of median wall time      " + "".join(f"{'W=' + str(w):>8}" for w in results["worker_counts"])
               + "   target"]
     for x, y, target in RATIOS:
         values = results["ratios"][f"({x})/({y})"]
-        lines.append(f"({x})/({y}){'':<21}" + "".join(
+        lines.append(f"({x})/({y}){'':<24}" + "".join(
             f"{values[f'W={w}']:8.2f}" if values[f"W={w}"] else f"{'n/a':>8}" for w in results["worker_counts"])
             + f"   {target}")
     jit = results["jit_cold"]
