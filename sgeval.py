@@ -35,6 +35,8 @@ The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as pa
 TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
 uint8 or 1-bit pages, GT image size. An image with no instances needs no TIFF. ZIP members are
 read in memory, never extracted. ``write_predictions`` writes the format (1-bit deflate TIFFs).
+``triplets.json`` is read incrementally (UTF-8): each image is evaluated as soon as its record is
+read, so memory holds a few records and one image's masks, not the whole prediction.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
 -----------------------------------------------------------------------------------
