@@ -97,7 +97,6 @@ __version__ = "0.1.0"
 import codecs
 import collections
 import collections.abc
-import contextlib
 import dataclasses
 import io
 import itertools
@@ -767,9 +766,9 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
                 elif key == "images":
                     raise SGEvalError([f"{pred_path}: field 'images' must be a list" if not seen_images
                                        else f"{pred_path}: field 'images' appears twice"])
+    except SGEvalError:
+        raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        if isinstance(error, SGEvalError):
-            raise
         raise SGEvalError([f"{pred_path}: cannot read {name}: {error}"]) from None
     if version != 1:
         raise SGEvalError([f"{pred_path}: field 'version' is {version!r}; this reader knows version 1"])
@@ -1040,7 +1039,7 @@ def load_gt_masks(image):
         packed = png_segments(data, image.segment_ids, (image.height, image.width))
         if packed is not None:
             return _pad_words(packed)
-        if data[:8] == b"\x89PNG\r\n\x1a\n" and data[24:26] in (b"\x08\x02", b"\x08\x06"):
+        if data[:8] == _PNG_SIGNATURE and data[24:26] in (b"\x08\x02", b"\x08\x06"):
             mode, rgb = "RGB", imagecodecs.png_decode(data)[..., :3]  # 8-bit RGB(A): the fast decoder
         else:
             with Image.open(io.BytesIO(data)) as png:
