@@ -1190,7 +1190,7 @@ def _read_strips(data, page, strips, out, scratch):
     if bits == 1 and width % 8:
         packed = np.packbits(np.unpackbits(pixels.reshape(height, row), axis=1)[:, :width])
     elif bits == 8:
-        packed = pack_nonzero(pixels) if sys.byteorder == "little" else np.packbits(pixels != 0)
+        packed = np.packbits(pixels)  # packs every non-zero byte as 1
     else:
         return
     out[: len(packed)] = packed
@@ -1212,10 +1212,11 @@ def load_pred_masks(source, record, height, width, needed=None):
                                    f"differs from the GT image size ({height}, {width})"])
             words = np.zeros((len(pages), -(-height * width // 64)), np.uint64)
             layers, scratch = words.view(np.uint8), np.empty(height * width, np.uint8)
-            use = np.ones(len(pages), bool) if needed is None else np.append(needed, [True] * len(pages))
+            use = [True] * len(pages) if needed is None else needed.tolist() + [True] * len(pages)
+            strips, starts = strips.tolist(), starts.tolist()
             for index, page in enumerate(pages.tolist()):
                 if use[index]:
-                    _read_strips(data, page, strips[starts[index]:starts[index + 1]].tolist(), layers[index], scratch)
+                    _read_strips(data, page, strips[starts[index]:starts[index + 1]], layers[index], scratch)
         else:
             words = pack_masks(_tifffile_layers(data, height, width, where))
     except SGEvalError:
@@ -1333,26 +1334,6 @@ def pack_segments(rgb_HW3, segment_ids_G):
             if last_segment >= 0:
                 index = y * width + x
                 packed[last_segment, index >> 3] |= np.uint8(128 >> (index & 7))
-    return packed
-
-
-@numba.njit(cache=_JIT_CACHE)
-def pack_nonzero(pixels_N):
-    """Packed bits (ceil(N / 8),) of uint8 pixels, 1 where non-zero, np.packbits bit order:
-    eight pixels at a time, each byte folded to its lowest bit and gathered by one multiply."""
-    packed = np.zeros((pixels_N.shape[0] + 7) // 8, np.uint8)
-    n_words = pixels_N.shape[0] // 8
-    words = pixels_N[: n_words * 8].view(np.uint64)
-    one, gather = np.uint64(0x0101010101010101), np.uint64(0x8040201008040201)
-    for w in range(n_words):
-        x = words[w]
-        x |= x >> np.uint64(4)
-        x |= x >> np.uint64(2)
-        x |= x >> np.uint64(1)
-        packed[w] = np.uint8(((x & one) * gather) >> np.uint64(56))
-    for n in range(n_words * 8, pixels_N.shape[0]):
-        if pixels_N[n]:
-            packed[n >> 3] |= np.uint8(128 >> (n & 7))
     return packed
 
 
