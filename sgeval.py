@@ -341,8 +341,76 @@ def _check_indices(rows, name, limits, labels, where, problems):
                             f"{label} {int(rows[row, column])}, but only {limit} {label}s exist{more}")
 
 
+class _Entry(collections.namedtuple("_Entry", "image_id height width pan_seg_file_name segment_ids categories "
+                                             "boxes relations")):
+    """A well-formed psg.json data entry held as arrays (relations (R, 3) int64, duplicates kept);
+    entries that are not well-formed stay dicts, and the readers below check them field by field."""
+
+
+def _types(values):
+    return set(map(type, values))
+
+
+def _compact_entry(entry):
+    """A psg.json data entry -> _Entry when every field the readers use has its exact JSON type
+    (the conversions are those of the field-by-field checks), else the entry unchanged."""
+    if type(entry) is not dict or "image_id" not in entry:
+        return entry
+    height, width, name = entry.get("height"), entry.get("width"), entry.get("pan_seg_file_name")
+    segments, annotations, relations = entry.get("segments_info"), entry.get("annotations"), entry.get("relations")
+    if not (type(height) is int and type(width) is int and height >= 1 and width >= 1
+            and (name is None or type(name) is str) and _types([segments, annotations, relations]) == {list}
+            and _types(segments) <= {dict} and _types(annotations) <= {dict} and _types(relations) <= {list}
+            and set(map(len, relations)) <= {3} and _types(itertools.chain.from_iterable(relations)) <= {int}):
+        return entry
+    ids, categories = [s.get("id") for s in segments], [s.get("category_id") for s in segments]
+    boxes = [a.get("bbox") for a in annotations]
+    if not (_types(ids) <= {int} and _types(categories) <= {int} and _types(boxes) <= {list}
+            and min(map(len, boxes), default=4) >= 4):
+        return entry
+    try:
+        return _Entry(str(entry["image_id"]), height, width, name, np.array(ids, np.int64),
+                      np.array(categories, np.int64), np.array([b[:4] for b in boxes], np.float64).reshape(-1, 4),
+                      np.array(relations, np.int64).reshape(-1, 3))
+    except (OverflowError, TypeError, ValueError):  # beyond int64, or a box value that is no number
+        return entry
+
+
+def _gt_entry(entry, where, problems):
+    """The field-by-field checks of a test entry that is not an _Entry -> _Entry or None."""
+    bad_fields = [f"field '{key}' must be a positive integer" for key in ("height", "width")
+                  if not isinstance(entry.get(key), int) or isinstance(entry.get(key), bool) or entry[key] < 1]
+    bad_fields += [f"field '{key}' must be a list" for key in ("segments_info", "annotations", "relations")
+                   if not isinstance(entry.get(key), list)]
+    if bad_fields:
+        problems += [f"{where}: {text}" for text in bad_fields]
+        return None
+    relations = _int_rows(entry["relations"], 3, "relations", where, problems)
+    if relations is None:
+        return None
+    segments, annotations = entry["segments_info"], entry["annotations"]
+    try:
+        segment_ids = np.array([int(s["id"]) for s in segments], np.int64)
+        categories = np.array([int(s["category_id"]) for s in segments], np.int64)
+        boxes = np.array([a["bbox"][:4] for a in annotations], np.float64).reshape(-1, 4)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+        problems.append(f"{where}: malformed segments_info/annotations: {error}")
+        return None
+    name = entry.get("pan_seg_file_name")
+    return _Entry(str(entry["image_id"]), entry["height"], entry["width"], name, segment_ids, categories, boxes,
+                  relations)
+
+
+def _entry_id(entry):
+    """The image id of a data entry as a string; None without one."""
+    if isinstance(entry, _Entry):
+        return entry.image_id
+    return str(entry["image_id"]) if isinstance(entry, dict) and "image_id" in entry else None
+
+
 def read_gt(gt_path, seg_root=None):
-    """Read psg.json; every structural problem is collected into one SGEvalError."""
+    """Read psg.json; every structural problem is collected into one SGEvalError. The file is
+    read entry by entry (see _load_annotations), so memory holds arrays, not the parsed JSON."""
     data = _load_annotations(gt_path, ("data", "thing_classes", "stuff_classes", "predicate_classes",
                                        "test_image_ids"))
     objects = list(data["thing_classes"]) + list(data["stuff_classes"])
@@ -350,10 +418,10 @@ def read_gt(gt_path, seg_root=None):
     test_ids = {str(i) for i in data["test_image_ids"]}
     problems, images, skipped, seen, listed, train = [], [], 0, set(), set(), []
     for index, entry in enumerate(data["data"]):
-        if not isinstance(entry, dict) or "image_id" not in entry:
+        image_id = _entry_id(entry)
+        if image_id is None:
             problems.append(f"{gt_path}: data[{index}]: missing field 'image_id'")
             continue
-        image_id = str(entry["image_id"])
         where = f"{gt_path}: image {image_id}"
         listed.add(image_id)
         if image_id not in test_ids:
@@ -363,48 +431,32 @@ def read_gt(gt_path, seg_root=None):
             problems.append(f"{where}: duplicate image_id")
             continue
         seen.add(image_id)
-        bad_fields = [f"field '{key}' must be a positive integer" for key in ("height", "width")
-                      if not isinstance(entry.get(key), int) or isinstance(entry.get(key), bool)
-                      or entry[key] < 1]
-        bad_fields += [f"field '{key}' must be a list" for key in ("segments_info", "annotations", "relations")
-                       if not isinstance(entry.get(key), list)]
-        if bad_fields:
-            problems += [f"{where}: {text}" for text in bad_fields]
+        entry = entry if isinstance(entry, _Entry) else _gt_entry(entry, where, problems)
+        if entry is None:
             continue
-        segments, annotations = entry["segments_info"], entry["annotations"]
-        height, width, relations_raw = entry["height"], entry["width"], entry["relations"]
-        relations = _int_rows(relations_raw, 3, "relations", where, problems)
-        if relations is None:
-            continue
+        relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
             skipped += 1
             continue
-        try:
-            segment_ids = np.array([int(s["id"]) for s in segments], np.int64)
-            categories = np.array([int(s["category_id"]) for s in segments], np.int64)
-            boxes = np.array([a["bbox"][:4] for a in annotations], np.float64).reshape(-1, 4)
-        except (KeyError, TypeError, ValueError, IndexError) as error:
-            problems.append(f"{where}: malformed segments_info/annotations: {error}")
-            continue
-        if len(boxes) != len(segments):
-            problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(segments)}")
+        if len(boxes) != len(categories):
+            problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(categories)}")
             continue
         if seg_root is None and not np.isfinite(boxes).all():
             problems.append(f"{where}: annotations bbox holds NaN or inf")
         _check_indices(categories[:, None], "segment", [len(objects)], ["category"], where, problems)
-        _check_indices(relations, "relation", [len(segments)] * 2 + [len(predicates)],
+        _check_indices(relations, "relation", [len(categories)] * 2 + [len(predicates)],
                        ["segment", "segment", "predicate"], where, problems)
         _, first = np.unique(relations, axis=0, return_index=True)
         seg_path = None
         if seg_root is not None:
-            if not isinstance(entry.get("pan_seg_file_name"), str):
+            if not isinstance(entry.pan_seg_file_name, str):
                 problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
                 continue
-            seg_path = os.path.join(seg_root, entry["pan_seg_file_name"])
+            seg_path = os.path.join(seg_root, entry.pan_seg_file_name)
             if not os.path.isfile(seg_path):
                 problems.append(f"{seg_path}: image {image_id}: panoptic PNG not found "
                                 f"(field 'pan_seg_file_name' under {seg_root})")
-        images.append(GTImage(image_id, height, width, seg_path, segment_ids, categories, boxes,
+        images.append(GTImage(image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories, boxes,
                               relations[np.sort(first)]))
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
@@ -415,10 +467,21 @@ def read_gt(gt_path, seg_root=None):
 
 
 def _load_annotations(path, keys, what="JSON"):
-    """A psg.json-like file whose given top-level fields are lists."""
+    """A psg.json-like file whose given top-level fields are lists. The file is decoded one
+    value at a time and every 'data' entry is compacted as soon as it is read (_compact_entry):
+    the parsed JSON of a large psg.json would take about 17 KB per entry."""
     try:
         with open(path, "rb") as handle:
-            data = json.load(handle)
+            stream = _JSONStream(handle)
+            if stream.peek() != "{":  # not an object: the checks below word it
+                handle.seek(0)
+                data = json.load(handle)
+            else:
+                data = {}
+                for key, value in stream.members():
+                    if isinstance(value, collections.abc.Iterator):
+                        value = [_compact_entry(item) for item in value] if key == "data" else list(value)
+                    data[key] = value
     except (OSError, ValueError) as error:
         raise SGEvalError([f"{path}: cannot read {what}: {error}"]) from None
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
@@ -432,24 +495,32 @@ def _load_annotations(path, keys, what="JSON"):
 
 def training_statistics(entries, n_objects, n_predicates, path, problems):
     """Training split statistics: (set of (subject cat, object cat, predicate) triplet types,
-    (C,) number of distinct (subject cat, object cat) pairs per predicate)."""
+    (C,) number of distinct (subject cat, object cat) pairs per predicate). entries: dicts or
+    _Entry."""
     types = set()
     for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
+        if isinstance(entry, _Entry):
+            where, categories, relations = f"{path}: image {entry.image_id}", entry.categories, entry.relations
+        elif not isinstance(entry, dict):
             problems.append(f"{path}: field 'data' must hold objects; data[{index}] is not one")
             continue
-        where = f"{path}: image {entry.get('image_id', f'#{index}')}"
-        segments = entry.get("segments_info")
-        categories = [s.get("category_id") for s in segments if isinstance(s, dict)] \
-            if isinstance(segments, list) else None
-        if categories is None or len(categories) != len(segments) or not all(
-                isinstance(c, int) and not isinstance(c, bool) for c in categories):
-            problems.append(f"{where}: field 'segments_info' must list objects with an integer 'category_id'")
-            continue
-        relations = _int_rows(entry.get("relations"), 3, "relations", where, problems)
-        if relations is None:
-            continue
-        categories = np.array(categories, np.int64)
+        else:
+            where = f"{path}: image {entry.get('image_id', f'#{index}')}"
+            segments = entry.get("segments_info")
+            categories = [s.get("category_id") for s in segments if isinstance(s, dict)] \
+                if isinstance(segments, list) else None
+            if categories is None or len(categories) != len(segments) or not all(
+                    isinstance(c, int) and not isinstance(c, bool) for c in categories):
+                problems.append(f"{where}: field 'segments_info' must list objects with an integer 'category_id'")
+                continue
+            if not all(-1 << 63 <= c < 1 << 63 for c in categories):  # beyond int64
+                bad = next(c for c in categories if not -1 << 63 <= c < 1 << 63)
+                problems.append(f"{where}: segment category {bad} is out of range: only {n_objects} categories exist")
+                continue
+            relations = _int_rows(entry.get("relations"), 3, "relations", where, problems)
+            if relations is None:
+                continue
+            categories = np.array(categories, np.int64)
         _check_indices(categories[:, None], "segment", [n_objects], ["category"], where, problems)
         _check_indices(relations, "relation", [len(categories)] * 2 + [n_predicates],
                        ["segment", "segment", "predicate"], where, problems)
@@ -469,7 +540,7 @@ def read_training(path, n_objects, n_predicates):
     """training_statistics() of another annotation file (its entries outside its test_image_ids)."""
     data = _load_annotations(path, ("data",), "training annotations (JSON)")
     test_ids = {str(i) for i in data.get("test_image_ids") or []}
-    entries = [e for e in data["data"] if not isinstance(e, dict) or str(e.get("image_id")) not in test_ids]
+    entries = [e for e in data["data"] if not isinstance(e, (dict, _Entry)) or str(_entry_id(e)) not in test_ids]
     problems = []
     training = training_statistics(entries, n_objects, n_predicates, path, problems)
     if problems:

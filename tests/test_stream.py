@@ -1,12 +1,13 @@
-"""triplets.json is read incrementally: the streaming reader equals json.loads on any chunking,
-and evaluation streamed in tiny chunks gives the same results."""
+"""triplets.json and psg.json are read incrementally: the streaming reader equals json.loads on any
+chunking, evaluation streamed in tiny chunks gives the same results, and compacted psg.json
+entries read exactly as the field-by-field checks read them."""
 
 import io
 import json
 
 import numpy as np
 import pytest
-from conftest import sgeval
+from conftest import sgeval, synth
 from test_formats import case, evaluate, rewrite_json
 
 
@@ -126,3 +127,98 @@ def test_records_are_yielded_one_at_a_time(tmp_path):
     assert first.image_id == "1" and [pred.image_id for pred in rest] == ["2", "3"] and not problems
     assert position < source.read("triplets.json").__len__()
     np.testing.assert_array_equal(first.triplets, [[1, 2, 1], [0, 2, 0]])
+
+
+# ------------------------------------------------------------------------------------- psg.json
+
+
+def gt_state(path, seg_root=None):
+    """Everything read_gt returns, as plain values; or its problems."""
+    try:
+        gt = sgeval.read_gt(path, seg_root)
+    except sgeval.SGEvalError as error:
+        return error.problems
+    images = [(image.image_id, image.height, image.width, image.seg_path, image.segment_ids.tolist(),
+               image.categories.tolist(), image.boxes.tolist(), image.relations.tolist(),
+               image.segment_ids.dtype, image.boxes.dtype, image.relations.dtype) for image in gt.images]
+    return (gt.object_classes, gt.predicate_classes, images, gt.skipped_no_relations,
+            sorted(gt.training[0]), gt.training[1].tolist())
+
+
+def field_by_field(monkeypatch):
+    monkeypatch.setattr(sgeval, "_compact_entry", lambda entry: entry)
+
+
+@pytest.fixture
+def random_gt(tmp_path):
+    rng = np.random.default_rng(3)
+    dataset = synth.make_dataset(rng, n_images=40, height=12, width=16, n_things=4, n_stuff=3, n_predicates=5)
+    return synth.write_gt(dataset, tmp_path / "gt"), str(tmp_path / "gt" / "panoptic")
+
+
+def test_gt_entries_are_compacted_and_read_as_field_by_field(random_gt, monkeypatch):
+    path, seg_root = random_gt
+    data = sgeval._load_annotations(path, ("data",))
+    assert len(data["data"]) == 40 and all(isinstance(e, sgeval._Entry) for e in data["data"])
+    compact = [gt_state(path, seg_root), gt_state(path)]
+    training = sgeval.read_training(path, 7, 5)
+    assert len(compact[0][2]) > 5 and compact[0][4], "test images and training types expected"
+    field_by_field(monkeypatch)
+    assert [gt_state(path, seg_root), gt_state(path)] == compact
+    assert sgeval.read_training(path, 7, 5)[0] == training[0]
+
+
+def test_gt_keys_in_any_order_read_in_tiny_chunks(random_gt, monkeypatch):
+    path, seg_root = random_gt
+    expected = gt_state(path, seg_root)
+    data = json.loads(open(path).read())
+    open(path, "w").write(json.dumps({key: data[key] for key in sorted(data, reverse=True)}, indent=2))
+    monkeypatch.setattr(sgeval._JSONStream, "CHUNK", 5)
+    assert gt_state(path, seg_root) == expected
+
+
+ENTRY_EDITS = {  # every value the compact form must leave to the field-by-field checks
+    "string segment id": lambda e: e["segments_info"][0].update(id=str(e["segments_info"][0]["id"])),
+    "float category": lambda e: e["segments_info"][0].update(category_id=1.0),
+    "bool category": lambda e: e["segments_info"][0].update(category_id=True),
+    "huge segment id": lambda e: e["segments_info"][0].update(id=2 ** 64),
+    "huge category": lambda e: e["segments_info"][0].update(category_id=-2 ** 64),
+    "no category": lambda e: e["segments_info"][0].pop("category_id"),
+    "segment not an object": lambda e: e["segments_info"].append(3),
+    "short bbox": lambda e: e["annotations"][0].update(bbox=[1, 2, 3]),
+    "bool in bbox": lambda e: e["annotations"][0]["bbox"].__setitem__(0, False),
+    "string in bbox": lambda e: e["annotations"][0]["bbox"].__setitem__(0, "x"),
+    "numeric string in bbox": lambda e: e["annotations"][0]["bbox"].__setitem__(0, "1"),
+    "long bbox": lambda e: e["annotations"][0]["bbox"].append(9.5),
+    "bool relation": lambda e: e["relations"].append([0, 1, True]),
+    "float relation": lambda e: e["relations"].append([0, 1, 1.0]),
+    "short relation": lambda e: e["relations"].append([0, 1]),
+    "huge relation": lambda e: e["relations"].append([0, 1, 2 ** 70]),
+    "negative relation": lambda e: e["relations"].append([0, -1, 0]),
+    "no relations": lambda e: e.update(relations=[]),
+    "relations not a list": lambda e: e.update(relations={"0": [0, 1, 0]}),
+    "bool height": lambda e: e.update(height=True),
+    "zero width": lambda e: e.update(width=0),
+    "float width": lambda e: e.update(width=16.0),
+    "png name not a string": lambda e: e.update(pan_seg_file_name=7),
+    "no png name": lambda e: e.pop("pan_seg_file_name"),
+    "int image id": lambda e: e.update(image_id=int(e["image_id"]) if e["image_id"].isdigit() else 10 ** 6),
+    "no image id": lambda e: e.pop("image_id"),
+    "fewer annotations": lambda e: e["annotations"].pop(),
+}
+
+
+@pytest.mark.parametrize("split", ["test", "train"])
+@pytest.mark.parametrize("edit", list(ENTRY_EDITS))
+def test_odd_gt_entries_read_as_field_by_field(random_gt, monkeypatch, split, edit):
+    """Compacting never changes what is read or which problems are found: an entry with any odd
+    value, in the test or the training split, gives what the field-by-field checks give."""
+    path, seg_root = random_gt
+    data = json.loads(open(path).read())
+    tests = set(map(str, data["test_image_ids"]))
+    target = next(e for e in data["data"] if (str(e["image_id"]) in tests) == (split == "test"))
+    ENTRY_EDITS[edit](target)
+    open(path, "w").write(json.dumps(data))
+    compact = [gt_state(path, seg_root), gt_state(path)]
+    field_by_field(monkeypatch)
+    assert [gt_state(path, seg_root), gt_state(path)] == compact
