@@ -107,6 +107,7 @@ import multiprocessing
 import os
 import struct
 import sys
+import threading
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
@@ -899,6 +900,21 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
     return source, images
 
 
+_BUFFERS = threading.local()
+
+
+def _buffer(name, size, dtype=np.uint8):
+    """A work array of ``size`` elements (contents undefined), reused by this thread from image to
+    image. Large per-image arrays allocated afresh come from new pages of the OS (glibc maps
+    blocks above its threshold) and each first touch of a page faults: 1,800 faults per image of
+    100 masks, a third of the run time. The array is valid until the next call with that name."""
+    array = getattr(_BUFFERS, name, None)
+    if array is None or array.size < size or array.dtype != dtype:
+        array = np.empty(size, dtype)
+        setattr(_BUFFERS, name, array)
+    return array[:size]
+
+
 def pack_masks(masks_PHW):
     """Boolean (P, H, W) masks -> bit-packed (P, W) uint64 rows, zero padded (the kernels' input)."""
     masks_PHW = np.asarray(masks_PHW, bool)
@@ -907,6 +923,8 @@ def pack_masks(masks_PHW):
 
 def _pad_words(packed_PB):
     """Packed bytes (P, B) -> (P, W) uint64, zero padded to whole words."""
+    if packed_PB.shape[1] % 8 == 0 and packed_PB.flags.c_contiguous:
+        return packed_PB.view(np.uint64)
     padded = np.zeros((len(packed_PB), -(-packed_PB.shape[1] // 8) * 8), np.uint8)
     padded[:, : packed_PB.shape[1]] = packed_PB
     return padded.view(np.uint64)
@@ -962,7 +980,7 @@ def _png_rows(idat, height, width, channels):
     if size > 1100 * len(idat) + 1024:  # beyond deflate's 1032:1 limit: never allocate for a bogus header
         return None
     try:
-        raw = _inflate(idat, out=np.empty(size, np.uint8))
+        raw = _inflate(idat, out=_buffer("png_rows", size))
     except _InflateError:
         return None
     if len(raw) != size:
@@ -1267,9 +1285,10 @@ def _read_strips(data, page, strips, out, scratch):
     out[: len(packed)] = packed
 
 
-def load_pred_masks(source, record, height, width, needed=None):
+def load_pred_masks(source, record, height, width, needed=None, out=None):
     """Bit-packed (P, W) masks of one prediction from its TIFF (pages or 3-D page layers).
-    needed: optional (P,) bool; pages not needed are left empty when the strip reader is used."""
+    needed: optional (P,) bool; pages not needed are left empty when the strip reader is used.
+    out: optional flat uint64 array; when it has room for the masks, they are written there."""
     where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
     try:
         data = source.read(record.seg_filename)
@@ -1281,8 +1300,13 @@ def load_pred_masks(source, record, height, width, needed=None):
             if len(wrong):
                 raise SGEvalError([f"{where}: mask size ({pages[wrong[0], 1]}, {pages[wrong[0], 0]}) "
                                    f"differs from the GT image size ({height}, {width})"])
-            words = np.zeros((len(pages), -(-height * width // 64)), np.uint64)
-            layers, scratch = words.view(np.uint8), np.empty(height * width, np.uint8)
+            shape = (len(pages), -(-height * width // 64))
+            if out is not None and out.size >= shape[0] * shape[1]:
+                words = out[: shape[0] * shape[1]].reshape(shape)
+                words[:] = 0
+            else:
+                words = np.zeros(shape, np.uint64)
+            layers, scratch = words.view(np.uint8), _buffer("tiff_pixels", height * width)
             use = [True] * len(pages) if needed is None else needed.tolist() + [True] * len(pages)
             strips, starts = strips.tolist(), starts.tolist()
             for index, page in enumerate(pages.tolist()):
@@ -1479,24 +1503,26 @@ def self_iou(bits_PW, box_P5, width):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pixels):
+def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pixels, node_bits_PW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
     and absorbs every later instance with IoU >= threshold. Returns node_of (P,) (-1 = dropped),
-    the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed.
+    the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed, in
+    the first N rows of node_bits_PW (an array of the shape of bits_PW; its contents are ignored).
     box_P5: mask_boxes of the masks (of the given width): only their rows' words are visited."""
     n_pred = iou_PP.shape[0]
     node_of, source = np.full(n_pred, -1, np.int64), np.full(n_pred, -1, np.int64)
     absorbed = np.zeros(n_pred, np.bool_)
     claimed = np.zeros(bits_PW.shape[1], np.uint64)
-    node_bits = np.zeros(bits_PW.shape, np.uint64)
+    node_bits = node_bits_PW
     n_nodes = 0
     for rank in range(n_pred):
         i = order_P[rank]
         if absorbed[i]:
             continue
+        start, stop = 0, 0  # the words written below; the rest of the node's row is zeroed
         if claim_pixels:
-            free, start, stop = 0, 0, 0
+            free = 0
             if box_P5[i, 0] > 0:  # the words of the mask's rows (an empty mask has none)
                 start = (box_P5[i, 1] * width) >> 6
                 stop = min(((box_P5[i, 2] + 1) * width + 63) >> 6, bits_PW.shape[1])
@@ -1506,6 +1532,10 @@ def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pi
                 free += popcount64(node_bits[n_nodes, w])
             if free == 0:
                 continue
+        for w in range(start):
+            node_bits[n_nodes, w] = 0
+        for w in range(stop, bits_PW.shape[1]):
+            node_bits[n_nodes, w] = 0
         node_of[i], source[n_nodes] = n_nodes, i
         for later in range(rank + 1, n_pred):
             j = order_P[later]
@@ -1750,7 +1780,8 @@ def _evaluate_image(task):
         if mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
         else:
-            bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
+            bits = load_pred_masks(source, pred, gt.height, gt.width, needed,
+                                   _buffer("pred_bits", len(pred.categories) * -(-gt.height * gt.width // 64), np.uint64))
             boxes, iou = mask_boxes(bits, gt.width), np.full((len(pred.categories), len(gt.categories)), -1.0)
             if needed is None or needed.any():  # else no prediction has a GT category
                 gt_bits = load_gt_masks(gt)
@@ -1769,7 +1800,8 @@ def _evaluate_image(task):
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
         boxes = mask_boxes(bits, gt.width)
     node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, boxes, gt.width, merge_order(pred), MERGE_IOU,
-                                                         mode == "mask")
+                                                         mode == "mask", _buffer("node_bits", bits.size, np.uint64)
+                                                         .reshape(bits.shape))
     merged_T = remap_to_nodes(pred.triplets, node_of)
     if "singlempo" in protocols:
         node_categories = pred.categories[source_of_node]

@@ -189,6 +189,10 @@ def test_strip_reader_matches_tifffile(options, direct, dtype, width):
     partial = sgeval.load_pred_masks(Source(), record, 17, width, needed)
     np.testing.assert_array_equal(partial[needed], packed[needed])
     assert not partial[~needed].any() or not direct  # skipped pages stay empty (strip reader only)
+    out = np.full(packed.size + 3, np.iinfo(np.uint64).max, np.uint64)  # room for the masks, set bits
+    in_out = sgeval.load_pred_masks(Source(), record, 17, width, needed, out)
+    np.testing.assert_array_equal(in_out, partial)
+    assert np.shares_memory(in_out, out) == direct  # the strip reader writes into out
     layers = sgeval._tifffile_layers(data, 17, width, "where")
     np.testing.assert_array_equal(layers, masks)
 

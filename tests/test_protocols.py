@@ -26,13 +26,19 @@ SCORES = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.65]
 TRIPLETS = [[1, 2, RIDING], [6, 3, BESIDE], [0, 1, RIDING], [0, 3, BESIDE]]
 
 
+def garbage(shape):
+    """A node buffer for merge_instances full of set bits: its contents must not matter."""
+    return np.full(shape, np.iinfo(np.uint64).max, np.uint64)
+
+
 def merge(scores):
     pred = sgeval.PredImage("1", np.array(CATEGORIES), None, None if scores is None else np.array(scores),
                             np.array(TRIPLETS), np.array(TRIPLETS), None)
     bits = sgeval.pack_masks(np.array(MASKS))
     order = sgeval.merge_order(pred)
     iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8)
-    node_of, source, node_bits = sgeval.merge_instances(iou, bits, sgeval.mask_boxes(bits, 8), 8, order, 0.5, True)
+    node_of, source, node_bits = sgeval.merge_instances(iou, bits, sgeval.mask_boxes(bits, 8), 8, order, 0.5, True,
+                                                        garbage(bits.shape))
     node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
     return order.tolist(), node_of.tolist(), source.tolist(), node_masks
 
@@ -75,12 +81,14 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
     iou = sgeval.self_iou(bits, boxes, width)
     for order in (np.arange(14), rng.permutation(14)):
         for claim in (True, False):
-            fast = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim)
-            for other in (sgeval.merge_instances.py_func(iou, bits, boxes, width, order, 0.5, claim),
-                          sgeval.merge_instances(iou, bits, full, width, order, 0.5, claim)):
+            fast = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim, garbage(bits.shape))
+            for other in (sgeval.merge_instances.py_func(iou, bits, boxes, width, order, 0.5, claim,
+                                                         np.zeros_like(bits)),
+                          sgeval.merge_instances(iou, bits, full, width, order, 0.5, claim, garbage(bits.shape))):
                 for a, b in zip(fast, other):
                     np.testing.assert_array_equal(a, b)
             assert fast[0][6] == (-1 if claim else fast[0][6])  # the empty mask is dropped
+            assert fast[2].any() == claim  # node masks: the claimed pixels, none without claiming
 
 
 def protocol_case(tmp_path, scores=SCORES, **config):
