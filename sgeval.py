@@ -701,32 +701,16 @@ def _box_array(boxes):
     return np.array(values, np.float64).reshape(-1, 4) if set(map(type, values)) <= {int, float} else None
 
 
-def _compact_triplets(record):
-    """JSON object hook: an image's integer triplet lists become int64 arrays as soon as the
-    image is parsed, so memory holds arrays, not millions of small lists (others stay lists for
-    the validator to report)."""
-    for key in ("triplets", "ng_triplets"):
-        value = record.get(key)
-        if isinstance(value, list) and value:
-            try:
-                array = np.asarray(value)
-            except ValueError:
-                continue
-            if array.ndim == 2 and array.shape[1] == 3 and array.dtype.kind in "iu":
-                record[key] = array.astype(np.int64, copy=False)
-    return record
-
-
 class _JSONStream:
     """Incremental reader of one JSON document from a binary stream: values are decoded one at a
     time with the C decoder, so memory holds one value and a chunk of text, not the document."""
 
     CHUNK = 1 << 20
 
-    def __init__(self, stream, object_hook=None):
+    def __init__(self, stream):
         self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
         self.utf8 = codecs.getincrementaldecoder("utf-8-sig")()
-        self.decoder = json.JSONDecoder(object_hook=object_hook)
+        self.decoder = json.JSONDecoder()
 
     def _more(self):
         chunk = self.stream.read(self.CHUNK)
@@ -823,7 +807,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
     pred_path, version, seen_images, seen = source.path, None, False, set()
     try:
         with source.open(name) as stream:
-            for key, value in _JSONStream(stream, _compact_triplets).members():
+            for key, value in _JSONStream(stream).members():
                 if key == "version":
                     version = value
                     if version != 1:
@@ -1492,13 +1476,18 @@ def _iou(a_W, b_W, box_a, box_b, width):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def self_iou(bits_PW, box_P5, width):
+def self_iou(bits_PW, box_P5, width, threshold):
     """Symmetric IoU (P, P) of every pair of packed masks of the given width (with their
-    mask_boxes), categories ignored (1.0 on the diagonal unless the mask is empty)."""
+    mask_boxes), categories ignored (1.0 on the diagonal unless the mask is empty), for the pairs
+    whose IoU can reach ``threshold``; the others hold 0.0. A pair cannot when the smaller area
+    over the larger one is below it, as IoU <= min / max (and, both rounded, fl(IoU) <=
+    fl(min / max)): such pairs are never counted. With threshold 0, every IoU is computed."""
     iou = np.zeros((bits_PW.shape[0], bits_PW.shape[0]))
     for i in range(bits_PW.shape[0]):
         for j in range(i + 1):
-            iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], box_P5[i], box_P5[j], width)
+            small, large = min(box_P5[i, 0], box_P5[j, 0]), max(box_P5[i, 0], box_P5[j, 0])
+            if large > 0 and small / large >= threshold:
+                iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], box_P5[i], box_P5[j], width)
     return iou
 
 
@@ -1794,7 +1783,7 @@ def _evaluate_image(task):
     if not merge:
         return counts, no_audit, []
     if mode == "mask":
-        iou_pp = self_iou(bits, boxes, gt.width)
+        iou_pp = self_iou(bits, boxes, gt.width, MERGE_IOU)  # only IoU >= MERGE_IOU is used
     else:
         no_category = np.zeros(len(pred.categories), np.int64)
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)

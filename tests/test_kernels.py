@@ -204,10 +204,31 @@ def test_self_iou_matches_mask_iou_and_py_func():
     masks[4] = masks[1]
     bits, zeros = sgeval.pack_masks(masks), np.zeros(9, np.int64)
     boxes = sgeval.mask_boxes(bits, 13)
-    fast = sgeval.self_iou(bits, boxes, 13)
+    fast = sgeval.self_iou(bits, boxes, 13, 0.0)
     np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, boxes, bits, zeros, boxes, 13))
-    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, boxes, 13))
+    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, boxes, 13, 0.0))
     assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_self_iou_skips_only_pairs_below_the_threshold(seed):
+    """With a threshold, pairs whose area ratio rules out IoU >= threshold are skipped (0.0); every
+    other entry is the exact IoU, so IoU >= threshold is decided exactly, ties included."""
+    rng = np.random.default_rng(seed)
+    masks = np.zeros((30, 8, 16), bool)
+    for mask in masks:
+        y, x = rng.integers(0, 6), rng.integers(0, 12)
+        mask[y: y + rng.integers(1, 4), x: x + rng.integers(1, 5)] = True
+    masks[1], masks[2] = masks[0], False  # a duplicate and an empty mask
+    masks[3:5] = False
+    masks[3, :, :8], masks[4, :, :4] = True, True  # 4 inside 3 with half its area: IoU exactly 0.5
+    bits = sgeval.pack_masks(masks)
+    boxes = sgeval.mask_boxes(bits, 16)
+    exact, pruned = sgeval.self_iou(bits, boxes, 16, 0.0), sgeval.self_iou(bits, boxes, 16, 0.5)
+    np.testing.assert_array_equal(pruned >= 0.5, exact >= 0.5)
+    np.testing.assert_array_equal(pruned[pruned > 0], exact[pruned > 0])
+    np.testing.assert_array_equal(pruned, sgeval.self_iou.py_func(bits, boxes, 16, 0.5))
+    assert pruned[3, 4] == 0.5 and (pruned == 0).sum() > (exact == 0).sum()  # a tie kept, pairs skipped
 
 
 def tiff_status(data):

@@ -36,7 +36,7 @@ def merge(scores):
                             np.array(TRIPLETS), np.array(TRIPLETS), None)
     bits = sgeval.pack_masks(np.array(MASKS))
     order = sgeval.merge_order(pred)
-    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8)
+    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8, 0.5)
     node_of, source, node_bits = sgeval.merge_instances(iou, bits, sgeval.mask_boxes(bits, 8), 8, order, 0.5, True,
                                                         garbage(bits.shape))
     node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
@@ -78,7 +78,7 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
     boxes = sgeval.mask_boxes(bits, width)
     full = boxes.copy()
     full[:, 1:] = [0, 6, 0, width - 1]  # boxes as large as the image: nothing pruned
-    iou = sgeval.self_iou(bits, boxes, width)
+    iou = sgeval.self_iou(bits, boxes, width, 0.5)
     for order in (np.arange(14), rng.permutation(14)):
         for claim in (True, False):
             fast = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim, garbage(bits.shape))
