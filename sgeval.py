@@ -701,22 +701,75 @@ def _box_array(boxes):
     return np.array(values, np.float64).reshape(-1, 4) if set(map(type, values)) <= {int, float} else None
 
 
+@numba.njit(cache=_JIT_CACHE)
+def int_rows(text_N, pos, width):
+    """A JSON list of integer rows of the given width (``[[0, 1, 5], [2, 3, 7]]``) parsed from
+    ASCII text (uint8) at pos (a '['): (rows (R, width) int64, position after the list). The
+    position is -1 when the list holds anything else (a row of another length, a fraction or
+    exponent, a leading zero, more than 18 digits, not JSON) and -2 when the text ends first:
+    the caller's JSON decoder then reads it (and words any error)."""
+    n, rows, count = text_N.shape[0], np.empty((256, width), np.int64), 0
+    i = pos + 1
+    while i < n and (text_N[i] == 32 or text_N[i] == 9 or text_N[i] == 10 or text_N[i] == 13):
+        i += 1
+    if i < n and text_N[i] == 93:  # ']': an empty list
+        return rows[:0], i + 1
+    while True:
+        if count == rows.shape[0]:
+            grown = np.empty((2 * count, width), np.int64)
+            for r in range(count):
+                for c in range(width):
+                    grown[r, c] = rows[r, c]
+            rows = grown
+        for c in range(2 * width + 2):  # '[' value ',' value ... ']' then ',' or ']', blanks between
+            while i < n and (text_N[i] == 32 or text_N[i] == 9 or text_N[i] == 10 or text_N[i] == 13):
+                i += 1
+            if i >= n:
+                return rows[:0], -2
+            if c == 0 and text_N[i] != 91 or c % 2 == 0 and 0 < c < 2 * width and text_N[i] != 44 or \
+                    c == 2 * width and text_N[i] != 93:  # '[', ',', ']'
+                return rows[:0], -1
+            if c == 2 * width + 1:  # after the row: ',' (another row) or ']' (the end)
+                if text_N[i] == 93:
+                    return rows[:count + 1], i + 1
+                if text_N[i] != 44:
+                    return rows[:0], -1
+            if c % 2 == 0 or c == 2 * width + 1:
+                i += 1
+                continue
+            sign, value, digits = 1, 0, 0
+            if text_N[i] == 45:  # '-'
+                sign, i = -1, i + 1
+            while i < n and 48 <= text_N[i] <= 57 and digits < 19:
+                value, digits, i = value * 10 + (int(text_N[i]) - 48), digits + 1, i + 1
+            if i >= n:
+                return rows[:0], -2
+            if digits == 0 or digits > 18 or digits > 1 and text_N[i - digits] == 48 or text_N[i] == 46 \
+                    or text_N[i] == 69 or text_N[i] == 101:  # none, too long, leading zero, '.', 'E', 'e'
+                return rows[:0], -1
+            rows[count, c // 2] = sign * value
+        count += 1
+
+
 class _JSONStream:
     """Incremental reader of one JSON document from a binary stream: values are decoded one at a
-    time with the C decoder, so memory holds one value and a chunk of text, not the document."""
+    time with the C decoder, so memory holds one value and a chunk of text, not the document.
+    In objects that are items of a top-level list, the values of the ``rows`` keys are read by
+    int_rows when they are lists of integer rows of that width ({key: width}): int64 arrays."""
 
     CHUNK = 1 << 20
 
-    def __init__(self, stream):
+    def __init__(self, stream, rows=None):
         self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
         self.utf8 = codecs.getincrementaldecoder("utf-8-sig")()
-        self.decoder = json.JSONDecoder()
+        self.decoder, self.rows, self.ascii = json.JSONDecoder(), rows or {}, None
 
     def _more(self):
         chunk = self.stream.read(self.CHUNK)
         self.eof = not chunk
         self.offset += self.pos
         self.text, self.pos = self.text[self.pos:] + self.utf8.decode(chunk, final=self.eof), 0
+        self.ascii = None
 
     def _error(self, message, pos=None):
         pos = self.pos if pos is None else pos
@@ -778,9 +831,38 @@ class _JSONStream:
             self.pos += 1
             return
         while True:
-            yield self.value()
+            yield self._object() if self.rows and self.peek() == "{" else self.value()
             if self.expect(",]", "',' or ']'") == "]":
                 return
+
+    def _object(self):
+        """An object, its ``rows`` keys' lists of integer rows read as arrays."""
+        self.expect("{", "'{'")
+        result = {}
+        if self.peek() == "}":
+            self.pos += 1
+            return result
+        while True:
+            if self.peek() != '"':
+                raise self._error("expecting a field name")
+            key = self.value()
+            self.expect(":", "':'")
+            result[key] = self._int_rows(self.rows[key]) if key in self.rows else self.value()
+            if self.expect(",}", "',' or '}'") == "}":
+                return result
+
+    def _int_rows(self, width):
+        while self.peek() == "[" and self.text.isascii():
+            if self.ascii is None:
+                self.ascii = np.frombuffer(self.text.encode("ascii"), np.uint8)
+            rows, end = int_rows(self.ascii, self.pos, width)
+            if end >= 0:
+                self.pos = end
+                return rows
+            if end == -1 or self.eof:
+                break
+            self._more()  # the list goes on in the next chunk
+        return self.value()
 
 
 def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
@@ -807,7 +889,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
     pred_path, version, seen_images, seen = source.path, None, False, set()
     try:
         with source.open(name) as stream:
-            for key, value in _JSONStream(stream).members():
+            for key, value in _JSONStream(stream, {"triplets": 3, "ng_triplets": 3}).members():
                 if key == "version":
                     version = value
                     if version != 1:

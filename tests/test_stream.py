@@ -11,11 +11,21 @@ from conftest import sgeval, synth
 from test_formats import case, evaluate, rewrite_json
 
 
-def members(text, chunk):
+def plain(value):
+    """JSON values with the int64 row arrays of the stream reader as lists (checked to be int64)."""
+    if isinstance(value, np.ndarray):
+        assert value.dtype == np.int64 and value.ndim == 2 and value.shape[1] == 3
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return [plain(item) for item in value] if isinstance(value, list) else value
+
+
+def members(text, chunk, rows=None):
     """Top-level (key, value) pairs as the stream reader yields them, lists materialised."""
-    stream = sgeval._JSONStream(io.BytesIO(text.encode()))
+    stream = sgeval._JSONStream(io.BytesIO(text.encode()), rows)
     stream.CHUNK = chunk
-    return [(key, list(value) if not isinstance(value, (dict, list, str, int, float, type(None))) else value)
+    return [(key, plain(list(value) if not isinstance(value, (dict, list, str, int, float, type(None))) else value))
             for key, value in stream.members()]
 
 
@@ -28,10 +38,60 @@ DOCUMENTS = [
 ]
 
 
+@pytest.mark.parametrize("rows", [None, {"triplets": 3, "ng_triplets": 3}])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
 @pytest.mark.parametrize("text", DOCUMENTS)
-def test_stream_reader_equals_json_loads(text, chunk):
-    assert dict(members(text, chunk)) == json.loads(text)
+def test_stream_reader_equals_json_loads(text, chunk, rows):
+    assert dict(members(text, chunk, rows)) == json.loads(text)
+
+
+def random_rows_text(rng, n_rows, width=3):
+    """A JSON list of integer rows with random blanks, signs and magnitudes up to 18 digits."""
+    def blank():
+        return "".join(rng.choice([" ", "\t", "\n", "\r", ""], rng.integers(0, 3)))
+    numbers = rng.integers(-10 ** 6, 10 ** 6, (n_rows, width)).tolist()
+    if n_rows:
+        numbers[0][0], numbers[-1][-1] = 10 ** 18 - 1, -(10 ** 17) - 3
+    rows = [blank() + "[" + ",".join(blank() + str(v) + blank() for v in row) + "]" + blank() for row in numbers]
+    return "[" + blank() + ",".join(rows) + "]"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_int_rows_equals_json_loads(seed):
+    rng = np.random.default_rng(seed)
+    for n_rows in (0, 1, 2, 255, 256, 257, 1000):
+        text = random_rows_text(rng, n_rows) + ' , "next"'
+        data = np.frombuffer(text.encode(), np.uint8)
+        for kernel in (sgeval.int_rows, sgeval.int_rows.py_func):
+            rows, end = kernel(data, 0, 3)
+            expected, expected_end = json.JSONDecoder().raw_decode(text)
+            assert rows.dtype == np.int64 and rows.shape == (n_rows, 3)
+            assert rows.tolist() == expected and end == expected_end
+            assert kernel(data[: end - 1], 0, 3)[1] == -2  # the text ends first: the caller reads on
+
+
+@pytest.mark.parametrize("text", [
+    "[[0, 1]]", "[[0, 1, 2, 3]]", "[[0, 1.5, 2]]", "[[0, 1e3, 2]]", "[[0, 1E3, 2]]", "[[01, 1, 2]]", "[[-01, 1, 2]]",
+    "[[1234567890123456789, 1, 2]]", "[[0, -, 2]]", "[[0, 1, 2],]", "[[0, 1, 2] [3, 4, 5]]", "[[0, 1, 2], 7]",
+    "[[0, true, 2]]", "[[0, null, 2]]", '[[0, "1", 2]]', "[[0 1 2]]", "[{}]", "[1, 2, 3]", "[[0, +1, 2]]",
+])
+def test_int_rows_leaves_anything_else_to_the_json_decoder(text):
+    rows, end = sgeval.int_rows(np.frombuffer(text.encode(), np.uint8), 0, 3)
+    assert end == -1 and rows.shape == (0, 3)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 20])
+def test_rows_in_non_ascii_text_or_of_odd_values_read_as_json_loads(chunk):
+    text = json.dumps({"version": 1, "images": [
+        {"id": "é", "triplets": [[0, 1, 2]], "ng_triplets": [[0, 1, 2.5]]},
+        {"id": 2, "triplets": [[0, 1, True]], "ng_triplets": [[0, 1]], "other": [[0, 1, 2]]},
+        {"id": 3, "triplets": [[0, 1, 2 ** 70]], "ng_triplets": "none"},
+        {"id": 4, "triplets": [], "ng_triplets": [[-1, 0, 3]], "triplets ": [[9, 9, 9]]},
+    ]}, ensure_ascii=False)
+    read = dict(members(text, chunk, {"triplets": 3, "ng_triplets": 3}))
+    assert read == json.loads(text)
+    images = list(read["images"])
+    assert [type(image["triplets"]) for image in images] == [list, list, list, list]  # plain() made them lists
 
 
 @pytest.mark.parametrize("text", [
