@@ -704,51 +704,46 @@ def _box_array(boxes):
 @numba.njit(cache=_JIT_CACHE)
 def int_rows(text_N, pos, width):
     """A JSON list of integer rows of the given width (``[[0, 1, 5], [2, 3, 7]]``) parsed from
-    ASCII text (uint8) at pos (a '['): (rows (R, width) int64, position after the list). The
-    position is -1 when the list holds anything else (a row of another length, a fraction or
-    exponent, a leading zero, more than 18 digits, not JSON) and -2 when the text ends first:
-    the caller's JSON decoder then reads it (and words any error)."""
-    n, rows, count = text_N.shape[0], np.empty((256, width), np.int64), 0
-    i = pos + 1
-    while i < n and (text_N[i] == 32 or text_N[i] == 9 or text_N[i] == 10 or text_N[i] == 13):
-        i += 1
-    if i < n and text_N[i] == 93:  # ']': an empty list
-        return rows[:0], i + 1
-    while True:
-        if count == rows.shape[0]:
-            grown = np.empty((2 * count, width), np.int64)
-            for r in range(count):
-                for c in range(width):
-                    grown[r, c] = rows[r, c]
-            rows = grown
-        for c in range(2 * width + 2):  # '[' value ',' value ... ']' then ',' or ']', blanks between
-            while i < n and (text_N[i] == 32 or text_N[i] == 9 or text_N[i] == 10 or text_N[i] == 13):
-                i += 1
-            if i >= n:
-                return rows[:0], -2
-            if c == 0 and text_N[i] != 91 or c % 2 == 0 and 0 < c < 2 * width and text_N[i] != 44 or \
-                    c == 2 * width and text_N[i] != 93:  # '[', ',', ']'
-                return rows[:0], -1
-            if c == 2 * width + 1:  # after the row: ',' (another row) or ']' (the end)
-                if text_N[i] == 93:
-                    return rows[:count + 1], i + 1
-                if text_N[i] != 44:
-                    return rows[:0], -1
-            if c % 2 == 0 or c == 2 * width + 1:
-                i += 1
-                continue
-            sign, value, digits = 1, 0, 0
-            if text_N[i] == 45:  # '-'
-                sign, i = -1, i + 1
+    ASCII text (uint8) at pos (a '['): (values, number of values, position after the list); the
+    rows are values[:number].reshape(-1, width). The position is -1 when the list holds anything
+    else (a row of another length, a fraction or exponent, a leading zero, more than 18 digits,
+    not JSON) and -2 when the text ends first: the caller's JSON decoder then reads it."""
+    n, values, count = text_N.shape[0], np.empty(1024, np.int64), 0
+    i, state, column = pos + 1, 1, 0  # after: 1 the list's '[', 2 a row's '[' or ',', 3 a value, 4 a row, 5 ','
+    while i < n:
+        char = text_N[i]
+        if char == 32 or char == 9 or char == 10 or char == 13:  # blanks
+            i += 1
+        elif state == 2:
+            sign, value, digits, start = 1, 0, 0, i
+            if char == 45:  # '-'
+                sign, i, start = -1, i + 1, i + 1
             while i < n and 48 <= text_N[i] <= 57 and digits < 19:
                 value, digits, i = value * 10 + (int(text_N[i]) - 48), digits + 1, i + 1
             if i >= n:
-                return rows[:0], -2
-            if digits == 0 or digits > 18 or digits > 1 and text_N[i - digits] == 48 or text_N[i] == 46 \
+                return values, 0, -2
+            if digits == 0 or digits > 18 or digits > 1 and text_N[start] == 48 or text_N[i] == 46 \
                     or text_N[i] == 69 or text_N[i] == 101:  # none, too long, leading zero, '.', 'E', 'e'
-                return rows[:0], -1
-            rows[count, c // 2] = sign * value
-        count += 1
+                return values, 0, -1
+            if count == values.shape[0]:
+                grown = np.empty(2 * count, np.int64)
+                for k in range(count):
+                    grown[k] = values[k]
+                values = grown
+            values[count], count, column, state = sign * value, count + 1, column + 1, 3
+        elif state == 3 and char == 44:  # ',' within a row (a row too long fails at its ']')
+            state, i = 2, i + 1
+        elif state == 3 and char == 93 and column == width:  # ']' ends a full row
+            state, i = 4, i + 1
+        elif (state == 1 or state == 4) and char == 93:  # ']' ends the list
+            return values, count, i + 1
+        elif state == 4 and char == 44:  # ',' between rows
+            state, i = 5, i + 1
+        elif (state == 1 or state == 5) and char == 91:  # '[' starts a row
+            state, column, i = 2, 0, i + 1
+        else:
+            return values, 0, -1
+    return values, 0, -2
 
 
 class _JSONStream:
@@ -855,10 +850,10 @@ class _JSONStream:
         while self.peek() == "[" and self.text.isascii():
             if self.ascii is None:
                 self.ascii = np.frombuffer(self.text.encode("ascii"), np.uint8)
-            rows, end = int_rows(self.ascii, self.pos, width)
+            values, count, end = int_rows(self.ascii, self.pos, width)
             if end >= 0:
                 self.pos = end
-                return rows
+                return values[:count].reshape(-1, width)
             if end == -1 or self.eof:
                 break
             self._more()  # the list goes on in the next chunk

@@ -63,21 +63,22 @@ def test_int_rows_equals_json_loads(seed):
         text = random_rows_text(rng, n_rows) + ' , "next"'
         data = np.frombuffer(text.encode(), np.uint8)
         for kernel in (sgeval.int_rows, sgeval.int_rows.py_func):
-            rows, end = kernel(data, 0, 3)
+            values, count, end = kernel(data, 0, 3)
             expected, expected_end = json.JSONDecoder().raw_decode(text)
-            assert rows.dtype == np.int64 and rows.shape == (n_rows, 3)
-            assert rows.tolist() == expected and end == expected_end
-            assert kernel(data[: end - 1], 0, 3)[1] == -2  # the text ends first: the caller reads on
+            assert values.dtype == np.int64 and count == 3 * n_rows
+            assert values[:count].reshape(-1, 3).tolist() == expected and end == expected_end
+            assert kernel(data[: end - 1], 0, 3)[2] == -2  # the text ends first: the caller reads on
 
 
 @pytest.mark.parametrize("text", [
     "[[0, 1]]", "[[0, 1, 2, 3]]", "[[0, 1.5, 2]]", "[[0, 1e3, 2]]", "[[0, 1E3, 2]]", "[[01, 1, 2]]", "[[-01, 1, 2]]",
     "[[1234567890123456789, 1, 2]]", "[[0, -, 2]]", "[[0, 1, 2],]", "[[0, 1, 2] [3, 4, 5]]", "[[0, 1, 2], 7]",
     "[[0, true, 2]]", "[[0, null, 2]]", '[[0, "1", 2]]', "[[0 1 2]]", "[{}]", "[1, 2, 3]", "[[0, +1, 2]]",
+    "[,]", "[[, 1, 2]]", "[[0, , 2]]", "[[]]", "[[0, 1, 2] ,, [3, 4, 5]]",
 ])
 def test_int_rows_leaves_anything_else_to_the_json_decoder(text):
-    rows, end = sgeval.int_rows(np.frombuffer(text.encode(), np.uint8), 0, 3)
-    assert end == -1 and rows.shape == (0, 3)
+    values, count, end = sgeval.int_rows(np.frombuffer(text.encode(), np.uint8), 0, 3)
+    assert end == -1 and count == 0
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 1 << 20])
