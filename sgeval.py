@@ -1793,6 +1793,52 @@ def count_shapes(n_k, n_imr, n_predicates):
             "imr_short": (n_imr,)}
 
 
+PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits")
+
+
+class ImageCounts(collections.abc.Mapping):
+    """The per-image counts of one protocol: {field: (I, ...) int64 array} as aggregate() reads
+    them. Fields with a predicate axis (PER_PREDICATE_FIELDS) are kept per image for the columns
+    where that image has a non-zero count only (the predicates of its GT, a few of ~50), and made
+    whole one field at a time when read: memory grows by about 1 KB per image, not 8."""
+
+    def __init__(self, n_images, shapes):
+        self.shapes = shapes
+        self.whole = {field: np.zeros((n_images,) + shape, np.int64) for field, shape in shapes.items()
+                      if field not in PER_PREDICATE_FIELDS}
+        self.columns, self.values, self.cached = [None] * n_images, [None] * n_images, (None, None)
+
+    def put(self, slot, counts):
+        for field, array in self.whole.items():
+            array[slot] = counts[field]
+        rows = [np.asarray(counts[field], np.int64).reshape(-1, self.shapes[field][-1]) for field in PER_PREDICATE_FIELDS]
+        columns = np.flatnonzero(np.vstack(rows).any(axis=0))
+        self.columns[slot], self.values[slot] = columns, np.concatenate([r[:, columns].ravel() for r in rows])
+        self.cached = (None, None)
+
+    def __getitem__(self, field):
+        if field in self.whole:
+            return self.whole[field]
+        if self.cached[0] == field:
+            return self.cached[1]
+        array = np.zeros((len(self.columns),) + self.shapes[field], np.int64)
+        index = PER_PREDICATE_FIELDS.index(field)
+        heights = [int(np.prod(self.shapes[f][:-1])) for f in PER_PREDICATE_FIELDS]
+        for slot, (columns, values) in enumerate(zip(self.columns, self.values)):
+            if columns is not None and len(columns):
+                start = sum(heights[:index]) * len(columns)
+                array[slot].reshape(heights[index], -1)[:, columns] = \
+                    values[start: start + heights[index] * len(columns)].reshape(heights[index], -1)
+        self.cached = (field, array)
+        return array
+
+    def __iter__(self):
+        return iter(self.shapes)
+
+    def __len__(self):
+        return len(self.shapes)
+
+
 AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
                 "absorbed_instances", "dropped_instances", "duplicate_relations_after_merge")
 _NO_TRIPLETS = np.zeros((0, 3), np.int64)
@@ -2032,16 +2078,14 @@ def evaluate(config, progress=None):
             yield slot, (gt.images[slot], None, source, static)
 
     shapes = count_shapes(len(config.k), len(config.imr_k), len(names))  # counts of image i at [i]
-    stacked = {p: {field: np.zeros((len(gt.images),) + shape, np.int64) for field, shape in shapes.items()}
-               for p in protocols}
+    stacked = {p: ImageCounts(len(gt.images), shapes) for p in protocols}
     audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
     try:
         for done, (slot, (counts, audit, found)) in enumerate(_run(tasks(), config.workers), 1):
             if found:
                 image_problems[slot] = found
             for protocol in protocols if counts is not None else ():
-                for field, value in counts[protocol].items():
-                    stacked[protocol][field][slot] = value
+                stacked[protocol].put(slot, counts[protocol])
             audits[slot] = audit if audit is not None else 0
             if progress:
                 progress(done, len(gt.images))
