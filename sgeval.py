@@ -964,14 +964,15 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
 _BUFFERS = threading.local()
 
 
-def _buffer(name, size, dtype=np.uint8):
+def _buffer(name, size, dtype=np.uint8, new=np.empty):
     """A work array of ``size`` elements (contents undefined), reused by this thread from image to
     image. Large per-image arrays allocated afresh come from new pages of the OS (glibc maps
     blocks above its threshold) and each first touch of a page faults: 1,800 faults per image of
-    100 masks, a third of the run time. The array is valid until the next call with that name."""
+    100 masks, a third of the run time. The array is valid until the next call with that name.
+    new: how a new array is made (np.zeros where the contents must start zero)."""
     array = getattr(_BUFFERS, name, None)
     if array is None or array.size < size or array.dtype != dtype:
-        array = np.empty(size, dtype)
+        array = new(size, dtype)
         setattr(_BUFFERS, name, array)
     return array[:size]
 
@@ -1319,6 +1320,375 @@ def tiff_layout(buf):
     return 0, table[:n_pages, :5].copy(), strips, starts
 
 
+# Deflate (RFC 1951) tables: length and distance bases and extra bits, code length code order.
+_LENGTH_BASE = np.array([3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115,
+                         131, 163, 195, 227, 258], np.int64)
+_LENGTH_EXTRA = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0],
+                         np.int64)
+_DIST_BASE = np.array([1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+                       2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577], np.int64)
+_DIST_EXTRA = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+                        13, 13], np.int64)
+_CODE_ORDER = np.array([16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15], np.int64)
+# inflate_runs' int64 work array, by offset: the code length code's lengths; per code (literal/
+# length and distance, of the block and fixed): the number of codes of each length (16), the
+# symbols in code order, a lookup table; the code lengths of a dynamic block; a scratch row.
+_Z_TABLE_BITS = 9  # lookup tables: the next 9 bits -> symbol << 4 | code length (0: look further)
+_Z_LENS, _Z_LIT_N, _Z_LIT_S, _Z_DIST_N, _Z_DIST_S, _Z_OFFS, _Z_FLIT_N, _Z_FLIT_S, _Z_FDIST_N, _Z_FDIST_S, _Z_WORK = (
+    0, 320, 336, 624, 640, 672, 688, 704, 992, 1008, 1040)
+_Z_LIT_T, _Z_DIST_T, _Z_FLIT_T, _Z_FDIST_T, _Z_CODE_T, _Z_WORK_SIZE = 1360, 1872, 2384, 2896, 3408, 3920
+
+
+@numba.njit(cache=_JIT_CACHE)
+def _huffman(work, lens_at, n, count_at, symbol_at, table_at):
+    """Canonical Huffman code of the n code lengths at work[lens_at:]: the number of codes of each
+    length (work[count_at:][:16]), the symbols in code order (work[symbol_at:]) and the lookup
+    table (work[table_at:]). Returns 1 for a complete code, 0 for an incomplete one, -1 for an
+    over-subscribed one."""
+    for length in range(16):
+        work[count_at + length] = 0
+    for s in range(n):
+        work[count_at + work[lens_at + s]] += 1
+    left = 1
+    for length in range(1, 16):
+        left = 2 * left - work[count_at + length]
+        if left < 0:
+            return -1
+    work[_Z_OFFS + 1] = 0
+    for length in range(1, 15):
+        work[_Z_OFFS + length + 1] = work[_Z_OFFS + length] + work[count_at + length]
+    for s in range(n):
+        length = work[lens_at + s]
+        if length:
+            work[symbol_at + work[_Z_OFFS + length]] = s
+            work[_Z_OFFS + length] += 1
+    # the lookup table: every code of up to _Z_TABLE_BITS bits, bit-reversed (the stream's order)
+    for k in range(1 << _Z_TABLE_BITS):
+        work[table_at + k] = 0
+    code = index = 0
+    for length in range(1, _Z_TABLE_BITS + 1):
+        for i in range(work[count_at + length]):
+            reverse = 0
+            for b in range(length):
+                reverse |= ((code >> b) & 1) << (length - 1 - b)
+            for high in range(0, 1 << _Z_TABLE_BITS, 1 << length):
+                work[table_at + (reverse | high)] = work[symbol_at + index] << 4 | length
+            code += 1
+            index += 1
+        code <<= 1
+    return 1 if left == 0 else 0
+
+
+@numba.njit(cache=_JIT_CACHE, inline="always")
+def _fill(buf, pos, end, bitbuf, bitcnt):
+    """Refill the bit buffer to at least 49 bits; past the end of the stream with zero bytes
+    (pos then runs past end, which the decoder checks before it trusts what it read)."""
+    while bitcnt <= 48:
+        bitbuf |= (np.int64(buf[pos]) if pos < end else 0) << bitcnt
+        pos += 1
+        bitcnt += 8
+    return pos, bitbuf, bitcnt
+
+
+@numba.njit(cache=_JIT_CACHE, inline="always")
+def _decode(bitbuf, work, count_at, symbol_at, table_at):
+    """One symbol of a canonical Huffman code from the bit buffer (at least 15 bits): by the
+    lookup table, else bit by bit. Returns (symbol or -1, code length)."""
+    entry = work[table_at + (bitbuf & ((1 << _Z_TABLE_BITS) - 1))]
+    if entry:
+        return entry >> 4, entry & 15
+    code = first = index = 0
+    for length in range(1, 16):
+        code |= (bitbuf >> (length - 1)) & 1
+        count = work[count_at + length]
+        if code - count < first:
+            return work[symbol_at + index + code - first], length
+        index += count
+        first = (first + count) << 1
+        code <<= 1
+    return -1, 0
+
+
+@numba.njit(cache=_JIT_CACHE, inline="always")
+def _emit(value, length, at, n_runs, run_start, run_value, out, base):
+    """Append ``length`` bytes of ``value`` at output position ``at`` to the run list; when the
+    value is not zero, set their bits in out (from bit base + at, most significant bit first).
+    Returns the new run count, -1 when the run list is full."""
+    if n_runs == 0 or run_value[n_runs - 1] != value:
+        if n_runs == run_start.shape[0]:
+            return -1
+        run_start[n_runs], run_value[n_runs] = at, value
+        n_runs += 1
+    i, stop = base + at, base + at + length
+    if value:
+        while i < stop and i & 7:
+            out[i >> 3] |= np.uint8(0x80 >> (i & 7))
+            i += 1
+        while i + 8 <= stop:
+            out[i >> 3] = 0xFF
+            i += 8
+        while i < stop:
+            out[i >> 3] |= np.uint8(0x80 >> (i & 7))
+            i += 1
+    return n_runs
+
+
+@numba.njit(cache=_JIT_CACHE)
+def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
+    """Decode the zlib stream buf[pos:end] of ``size`` bytes of an 8-bit mask as runs of equal
+    bytes, setting bit base + i of out (zeroed by the caller; most significant bit first, as
+    np.packbits) for each non-zero byte i. A mask is long runs, most of them zero, and a deflate
+    match copies from a run: the decoder follows the runs (a few per row) where a plain inflate
+    writes every byte and packing reads it again, and takes a repeated match code (a zero run is
+    hundreds of copies of 258 bytes) in one step.
+
+    Returns the number of runs (at least 1) when the stream is a complete, valid zlib stream of
+    exactly ``size`` bytes (header, Huffman codes, distances and Adler-32 checked) and fits the
+    run list (run_start, run_value); 0 for anything else, including valid streams this decoder declines (incomplete Huffman codes, a
+    window beyond 32 KiB, trailing bytes): the caller then inflates the stream the usual way,
+    which also reports what is wrong with it."""
+    if end - pos < 6:
+        return 0
+    cmf, flg = np.int64(buf[pos]), np.int64(buf[pos + 1])
+    if cmf & 15 != 8 or cmf >> 4 > 7 or (cmf * 256 + flg) % 31 or flg & 32:
+        return 0
+    pos += 2
+    bitbuf = bitcnt = np.int64(0)
+    at = n_runs = cursor = 0
+    adler_a, adler_b = 1, 0
+    last = 0
+    while not last:
+        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+        if pos - (bitcnt >> 3) > end:  # read past the stream's end
+            return 0
+        last, kind = bitbuf & 1, (bitbuf >> 1) & 3
+        bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
+        if kind == 0:  # stored: LEN, NLEN, then LEN bytes, from the next byte boundary
+            pos -= bitcnt >> 3
+            bitbuf = bitcnt = 0
+            if pos + 4 > end:
+                return 0
+            length = np.int64(buf[pos]) | np.int64(buf[pos + 1]) << 8
+            if length ^ 0xFFFF != (np.int64(buf[pos + 2]) | np.int64(buf[pos + 3]) << 8):
+                return 0
+            pos += 4
+            if pos + length > end or at + length > size:
+                return 0
+            for k in range(length):
+                value = buf[pos + k]
+                n_runs = _emit(value, 1, at, n_runs, run_start, run_value, out, base)
+                if n_runs < 0:
+                    return 0
+                adler_a = (adler_a + value) % 65521
+                adler_b = (adler_b + adler_a) % 65521
+                at += 1
+            pos += length
+            continue
+        if kind == 1:
+            lit_n, lit_s, lit_t, dist_n, dist_s, dist_t = _Z_FLIT_N, _Z_FLIT_S, _Z_FLIT_T, _Z_FDIST_N, _Z_FDIST_S, _Z_FDIST_T
+        elif kind == 2:
+            lit_n, lit_s, lit_t, dist_n, dist_s, dist_t = _Z_LIT_N, _Z_LIT_S, _Z_LIT_T, _Z_DIST_N, _Z_DIST_S, _Z_DIST_T
+            n_lit, n_dist, n_code = (bitbuf & 31) + 257, ((bitbuf >> 5) & 31) + 1, ((bitbuf >> 10) & 15) + 4
+            bitbuf, bitcnt = bitbuf >> 14, bitcnt - 14
+            if n_lit > 286 or n_dist > 30:
+                return 0
+            for k in range(19):
+                work[_Z_LENS + k] = 0
+            for k in range(n_code):
+                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                work[_Z_LENS + _CODE_ORDER[k]] = bitbuf & 7
+                bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
+            if _huffman(work, _Z_LENS, 19, _Z_LIT_N, _Z_LIT_S, _Z_CODE_T) != 1:
+                return 0
+            k = 0
+            while k < n_lit + n_dist:
+                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                symbol, used = _decode(bitbuf, work, _Z_LIT_N, _Z_LIT_S, _Z_CODE_T)
+                if symbol < 0:
+                    return 0
+                bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+                if symbol < 16:
+                    work[_Z_WORK + k] = symbol
+                    k += 1
+                    continue
+                if symbol == 16 and k == 0:
+                    return 0
+                width, offset = (2, 3) if symbol == 16 else (3, 3) if symbol == 17 else (7, 11)
+                repeat = (bitbuf & ((1 << width) - 1)) + offset
+                bitbuf, bitcnt = bitbuf >> width, bitcnt - width
+                if k + repeat > n_lit + n_dist:
+                    return 0
+                value = work[_Z_WORK + k - 1] if symbol == 16 else 0
+                for r in range(repeat):
+                    work[_Z_WORK + k + r] = value
+                k += repeat
+            if work[_Z_WORK + 256] == 0:  # no end-of-block code
+                return 0
+            if (_huffman(work, _Z_WORK, n_lit, _Z_LIT_N, _Z_LIT_S, _Z_LIT_T) != 1
+                    or _huffman(work, _Z_WORK + n_lit, n_dist, _Z_DIST_N, _Z_DIST_S, _Z_DIST_T) != 1):
+                return 0
+        else:
+            return 0
+        while True:
+            if bitcnt < 48:
+                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                if pos > end + 64:  # far past the end: the checks below would fail anyway
+                    return 0
+            start_bits, start_count = bitbuf, bitcnt
+            symbol, used = _decode(bitbuf, work, lit_n, lit_s, lit_t)
+            if symbol < 0:
+                return 0
+            bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+            if symbol < 256:
+                if at >= size:
+                    return 0
+                n_runs = _emit(symbol, 1, at, n_runs, run_start, run_value, out, base)
+                if n_runs < 0:
+                    return 0
+                adler_a = (adler_a + symbol) % 65521
+                adler_b = (adler_b + adler_a) % 65521
+                at += 1
+                continue
+            if symbol == 256:
+                break
+            symbol -= 257
+            if symbol >= 29:
+                return 0
+            extra = _LENGTH_EXTRA[symbol]  # at most 5 + 15 + 13 bits follow: the buffer holds them
+            length = _LENGTH_BASE[symbol] + (bitbuf & ((1 << extra) - 1))
+            bitbuf, bitcnt = bitbuf >> extra, bitcnt - extra
+            symbol, used = _decode(bitbuf, work, dist_n, dist_s, dist_t)
+            if symbol < 0 or symbol >= 30:
+                return 0
+            bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+            extra = _DIST_EXTRA[symbol]
+            distance = _DIST_BASE[symbol] + (bitbuf & ((1 << extra) - 1))
+            bitbuf, bitcnt = bitbuf >> extra, bitcnt - extra
+            if distance > at or distance > 32768 or at + length > size:
+                return 0
+            source = at - distance
+            if source >= run_start[n_runs - 1]:  # within the last run: the run grows by length
+                # and by as many more lengths as the same code (length, distance and their extra
+                # bits) repeats in the stream: a run of 100 kB is some 400 such matches
+                used = start_count - bitcnt
+                code, mask = start_bits & ((1 << used) - 1), (1 << used) - 1
+                total, many = length, 48 // used  # many repeats compared at once
+                codes, many_mask = code, mask
+                for r in range(1, many):
+                    codes, many_mask = codes | code << (r * used), many_mask | mask << (r * used)
+                while True:
+                    if bitcnt < 48:
+                        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                    if bitbuf & many_mask == codes and at + total + many * length <= size:
+                        bitbuf, bitcnt = bitbuf >> (many * used), bitcnt - many * used
+                        total += many * length
+                    elif bitbuf & mask == code and at + total + length <= size:
+                        bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+                        total += length
+                    else:
+                        break
+                value = run_value[n_runs - 1]
+                n_runs = _emit(value, total, at, n_runs, run_start, run_value, out, base)
+                adler_b = (adler_b + total % 65521 * adler_a + value * ((total * (total + 1) >> 1) % 65521)) % 65521
+                adler_a = (adler_a + value * total) % 65521
+                at += total
+                continue
+            # the run holding the source: the last one starting at or before it, looked for
+            # from the previous match's (copies mostly move forward through the rows above)
+            if run_start[cursor] > source:
+                lo, hi = 0, cursor - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) >> 1
+                    if run_start[mid] <= source:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                cursor = lo
+            while run_start[cursor + 1] <= source:  # stops before the last run (source is not in it)
+                cursor += 1
+            j = cursor
+            while length > 0:
+                # the source's run ends at the next run's start; the last run grows with the copy
+                piece = length if j == n_runs - 1 else min(length, run_start[j + 1] - source)
+                value = run_value[j]
+                n_runs = _emit(value, piece, at, n_runs, run_start, run_value, out, base)
+                if n_runs < 0:
+                    return 0
+                adler_b = (adler_b + piece % 65521 * adler_a + value * ((piece * (piece + 1) >> 1) % 65521)) % 65521
+                adler_a = (adler_a + value * piece) % 65521
+                at += piece
+                source += piece
+                length -= piece
+                j += 1
+            cursor = min(j - 1, n_runs - 1)
+    pos -= bitcnt >> 3  # the Adler-32 trailer starts at the next byte boundary
+    if at != size or pos + 4 != end:
+        return 0
+    check = (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) | (np.int64(buf[pos + 2]) << 8) | np.int64(buf[pos + 3])
+    return n_runs if check == (adler_b << 16 | adler_a) else 0
+
+
+@numba.njit(cache=_JIT_CACHE)
+def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, run_start, run_value, work, zeros):
+    """Decode deflate TIFF pages (tiff_layout's tables of the file buf) straight into packed
+    masks, layers_PB (a row of bytes per page, zeroed here), by inflate_runs. Returns (P,) bool:
+    True for the pages done here. The others are left zero for the caller: pages not in use_P,
+    pages not 8-bit deflate, too few strips, and streams inflate_runs declines. (1-bit pages are
+    inflated by zlib-ng straight into their rows: faster, as they are 8 times smaller.)
+
+    zeros: (K, 1 + 1 + B) int64, kept from call to call (zero at first): the last K streams of
+    at most B bytes that inflate_runs found to be all zero bytes, as (stream length, data size,
+    bytes...). A strip whose bytes and size equal one of them is all zero without decoding (the
+    same stream always inflates to the same data): an empty strip of a mask is the same few
+    hundred bytes throughout a file."""
+    for k in range(318):  # the fixed codes: literal/length 8, 9, 7, 8 bits; distance 5 bits
+        work[_Z_WORK + k] = 8 if k < 144 else 9 if k < 256 else 7 if k < 280 else 8 if k < 288 else 5
+    _huffman(work, _Z_WORK, 288, _Z_FLIT_N, _Z_FLIT_S, _Z_FLIT_T)
+    _huffman(work, _Z_WORK + 288, 30, _Z_FDIST_N, _Z_FDIST_S, _Z_FDIST_T)
+    done = np.zeros(pages_P5.shape[0], np.bool_)
+    for p in range(pages_P5.shape[0]):
+        for i in range(layers_PB.shape[1]):
+            layers_PB[p, i] = 0
+        width, height, bits, compression, rows_per_strip = pages_P5[p]
+        if not use_P[p] or compression == 1 or bits != 8:
+            continue
+        size, step = width * height, rows_per_strip * width
+        n_strips = (size + step - 1) // step
+        if n_strips > starts_P1[p + 1] - starts_P1[p]:
+            continue
+        done[p] = True
+        for s in range(n_strips):
+            offset, count = strips_S2[starts_P1[p] + s]
+            strip_size = min(step, size - s * step)
+            known = False
+            for k in range(zeros.shape[0]):
+                if zeros[k, 0] == count and zeros[k, 1] == strip_size:
+                    known = True
+                    for i in range(count):
+                        if zeros[k, 2 + i] != buf[offset + i]:
+                            known = False
+                            break
+                    if known:
+                        break
+            if known:
+                continue
+            n_runs = inflate_runs(buf, offset, offset + count, strip_size, layers_PB[p], s * step, run_start,
+                                  run_value, work)
+            if n_runs == 0:
+                done[p] = False
+                for i in range(layers_PB.shape[1]):
+                    layers_PB[p, i] = 0
+                break
+            if n_runs == 1 and run_value[0] == 0 and count <= zeros.shape[1] - 2:  # remember it, oldest out
+                for k in range(zeros.shape[0] - 1, 0, -1):
+                    for i in range(2 + zeros[k - 1, 0]):
+                        zeros[k, i] = zeros[k - 1, i]
+                zeros[0, 0], zeros[0, 1] = count, strip_size
+                for i in range(count):
+                    zeros[0, 2 + i] = buf[offset + i]
+    return done
+
+
 def _read_strips(data, page, strips, out, scratch):
     """Inflate one page's strips (zlib-ng, into buffers of the known size) and write its mask
     as packed bits into ``out``. 1-bit rows of whole bytes are the packed mask already: they are
@@ -1364,15 +1734,21 @@ def load_pred_masks(source, record, height, width, needed=None, out=None):
             shape = (len(pages), -(-height * width // 64))
             if out is not None and out.size >= shape[0] * shape[1]:
                 words = out[: shape[0] * shape[1]].reshape(shape)
-                words[:] = 0
             else:
-                words = np.zeros(shape, np.uint64)
-            layers, scratch = words.view(np.uint8), _buffer("tiff_pixels", height * width)
-            use = [True] * len(pages) if needed is None else needed.tolist() + [True] * len(pages)
-            strips, starts = strips.tolist(), starts.tolist()
-            for index, page in enumerate(pages.tolist()):
-                if use[index]:
-                    _read_strips(data, page, strips[starts[index]:starts[index + 1]], layers[index], scratch)
+                words = np.empty(shape, np.uint64)
+            layers = words.view(np.uint8)  # zeroed by inflate_pages
+            use = np.ones(len(pages), bool)
+            if needed is not None:
+                use[:len(needed)] = needed[:len(pages)]
+            done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+                                 _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
+                                 _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
+                                 _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
+            if not done[use].all():  # the other pages the usual way (which reports what is wrong)
+                scratch, strips, starts = _buffer("tiff_pixels", height * width), strips.tolist(), starts.tolist()
+                for index in np.flatnonzero(use & ~done).tolist():
+                    _read_strips(data, pages[index].tolist(), strips[starts[index]:starts[index + 1]], layers[index],
+                                 scratch)
         else:
             words = pack_masks(_tifffile_layers(data, height, width, where))
     except SGEvalError:

@@ -1,0 +1,239 @@
+"""inflate_runs / inflate_pages: 8-bit deflate masks decoded as runs straight into packed bits,
+against zlib + np.packbits (the plain path), on hand-made, random and corrupted streams."""
+
+import io
+import zlib
+
+import imagecodecs
+import numpy as np
+import pytest
+import tifffile
+
+import sgeval
+
+
+def run_arrays(capacity=1 << 12):
+    return np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8)
+
+
+def work_array():
+    """The work array with the fixed codes built (inflate_pages builds them on every call)."""
+    work = np.zeros(sgeval._Z_WORK_SIZE, np.int64)
+    tiff = tifffile_bytes(np.zeros((1, 1, 1), np.uint8))
+    status, pages, strips, starts = sgeval.tiff_layout(np.frombuffer(tiff, np.uint8))
+    sgeval.inflate_pages(np.frombuffer(tiff, np.uint8), pages, strips, starts, np.zeros(1, bool),
+                         np.zeros((1, 8), np.uint8), *run_arrays(), work, np.zeros((1, 8), np.int64))
+    return work
+
+
+def tifffile_bytes(masks, **options):
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, masks, photometric="minisblack", compression="adobe_deflate", **options)
+    return buffer.getvalue()
+
+
+def decode(stream, size, base=0, capacity=1 << 12, work=None):
+    """(run count or 0, packed bits of size bits from bit base, the run arrays)."""
+    out = np.zeros(-(-(base + size) // 8) + 2, np.uint8)
+    run_start, run_value = run_arrays(capacity)
+    buf = np.frombuffer(stream, np.uint8)
+    n_runs = sgeval.inflate_runs(buf, 0, len(buf), size, out, base, run_start, run_value,
+                                 work_array() if work is None else work)
+    return n_runs, out, (run_start, run_value)
+
+
+def expected_bits(raw, base=0):
+    values = np.concatenate([np.zeros(base, np.uint8), np.frombuffer(raw, np.uint8)])
+    return np.packbits(values != 0)
+
+
+def test_hand_made_stored_block():
+    """A stored block of 0 0 5 5 5 0 0 0 0 7: runs (0, 2), (5, 3), (0, 4), (7, 1); bits 0011 1000 01."""
+    raw = bytes([0, 0, 5, 5, 5, 0, 0, 0, 0, 7])
+    n_runs, out, (run_start, run_value) = decode(zlib.compress(raw, 0), 10)
+    assert n_runs == 4
+    assert run_start[:4].tolist() == [0, 2, 5, 9] and run_value[:4].tolist() == [0, 5, 0, 7]
+    assert out.tolist() == [0b00111000, 0b01000000, 0, 0]
+    n_runs, out, _ = decode(zlib.compress(raw, 0), 10, base=3)  # bits from bit 3 on
+    assert out.tolist() == [0b00000111, 0b00001000, 0, 0]
+
+
+def test_hand_made_fixed_code_block():
+    """Fixed codes: literal 0, then a match (length 9, distance 1): ten zero bytes, one run."""
+    # bits (least significant first): BFINAL 1, BTYPE 01, literal 0 = 00110000 (8 bits, MSB first),
+    # length 9 = symbol 263 = 0000111 (7 bits), distance 1 = symbol 0 = 00000, end 0000000
+    bits = "1" + "10" + "00110000" + "0000111" + "00000" + "0000000"
+    stream = bytes(sum(int(bit) << j for j, bit in enumerate(bits[i:i + 8])) for i in range(0, len(bits), 8))
+    raw = bytes(10)
+    assert zlib.decompressobj(-15).decompress(stream) == raw  # the hand-made block is right
+    full = bytes([0x78, 0x01]) + stream + zlib.adler32(raw).to_bytes(4, "big")
+    n_runs, out, (run_start, run_value) = decode(full, 10)
+    assert (n_runs, run_start[0], run_value[0]) == (1, 0, 0) and not out.any()
+    assert decode(full, 11)[0] == decode(full, 9)[0] == 0  # not exactly the stated size: declined
+
+
+def random_mask_bytes(rng, kind, height, width):
+    if kind == 0:  # a box of one value
+        image = np.zeros((height, width), np.uint8)
+        y, x = rng.integers(0, height), rng.integers(0, width)
+        image[y: y + rng.integers(1, 40), x: x + rng.integers(1, 40)] = rng.integers(1, 256)
+    elif kind == 1:
+        image = rng.integers(0, 3, (height, width)).astype(np.uint8)
+    elif kind == 2:
+        image = (rng.random((height, width)) < 0.05).astype(np.uint8) * 255
+    else:
+        image = rng.integers(0, 256, (height, width)).astype(np.uint8)
+    return image.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_streams_decode_as_zlib_and_packbits(seed):
+    """Every level, strategy and window size of zlib, several kinds of content, bits from any
+    base: accepted, and the bits are those of zlib.decompress, packed."""
+    rng = np.random.default_rng(seed)
+    work = work_array()
+    for trial in range(300):
+        raw = random_mask_bytes(rng, trial % 4, *rng.integers(1, 60, 2))
+        compressor = zlib.compressobj(int(rng.integers(0, 10)), zlib.DEFLATED, int(rng.integers(9, 16)), 9,
+                                      int(rng.integers(0, 5)))
+        stream = compressor.compress(raw) + compressor.flush()
+        base = int(rng.integers(0, 20))
+        n_runs, out, (run_start, run_value) = decode(stream, len(raw), base, 1 << 14, work)
+        values = np.frombuffer(raw, np.uint8)
+        assert n_runs == np.count_nonzero(np.diff(values.astype(int))) + 1
+        np.testing.assert_array_equal(run_start[:n_runs], np.flatnonzero(np.diff(values.astype(int), prepend=-1)))
+        np.testing.assert_array_equal(run_value[:n_runs], values[run_start[:n_runs]])
+        expected = expected_bits(raw, base)
+        np.testing.assert_array_equal(out[:len(expected)], expected)
+        assert not out[len(expected):].any()
+
+
+def test_corrupted_streams_are_declined_or_decoded_as_zlib_ng_does():
+    """Flipped, replaced, dropped and inserted bytes, sizes one off: whatever inflate_runs
+    accepts, zlib-ng and zlib decode to exactly the stated size and the same bits (it may decline
+    more than they do, never less)."""
+    rng = np.random.default_rng(1)
+    work = work_array()
+    accepted = declined = 0
+    for trial in range(4000):
+        raw = bytearray(random_mask_bytes(rng, 0, *rng.integers(1, 40, 2)))
+        if trial % 3 == 0:
+            raw[rng.integers(0, len(raw))] ^= 1
+        compressor = zlib.compressobj(int(rng.integers(0, 10)), zlib.DEFLATED, 15, 9, int(rng.integers(0, 5)))
+        stream = bytearray(compressor.compress(bytes(raw)) + compressor.flush())
+        for _ in range(rng.integers(1, 4) if trial % 4 else 0):  # a quarter left intact
+            at, change = int(rng.integers(0, len(stream))), rng.integers(0, 4)
+            if change == 0:
+                stream[at] ^= 1 << int(rng.integers(0, 8))
+            elif change == 1:
+                stream[at] = int(rng.integers(0, 256))
+            elif change == 2:
+                del stream[at]
+            else:
+                stream.insert(at, int(rng.integers(0, 256)))
+        size = len(raw) + int(rng.choice([0, 0, 0, -1, 1]))
+        if size < 1:
+            continue
+        n_runs, out, _ = decode(bytes(stream), size, work=work)
+        if not n_runs:
+            declined += 1
+            continue
+        accepted += 1
+        plain = imagecodecs.zlibng_decode(bytes(stream), out=size)
+        assert len(plain) == size == len(zlib.decompress(bytes(stream)))
+        np.testing.assert_array_equal(out[:-(-size // 8)], expected_bits(plain))
+    assert accepted > 500 and declined > 2000  # both outcomes exercised
+
+
+def test_declined_streams():
+    """Valid zlib data that is not exactly one stream of the stated size, or a wrong checksum,
+    or more runs than the run list holds: 0, and the caller inflates it the usual way."""
+    raw = bytes(100) + bytes([9]) * 50 + bytes(100)
+    stream = zlib.compress(raw, 6)
+    assert decode(stream, len(raw))[0] == 3
+    assert decode(stream, len(raw) - 1)[0] == 0
+    assert decode(stream, len(raw) + 1)[0] == 0
+    assert decode(stream + b"\x00", len(raw))[0] == 0  # trailing byte
+    assert decode(stream[:-1], len(raw))[0] == 0  # truncated checksum
+    wrong_check = stream[:-1] + bytes([stream[-1] ^ 1])
+    assert decode(wrong_check, len(raw))[0] == 0
+    assert decode(b"\x78\x02" + stream[2:], len(raw))[0] == 0  # header check bits wrong
+    assert decode(b"\x78\x01" + stream[2:], len(raw))[0] == 3  # (a valid header for the same data)
+    alternating = bytes([0, 1]) * 20
+    assert decode(zlib.compress(alternating), 40, capacity=40)[0] == 40
+    assert decode(zlib.compress(alternating), 40, capacity=39)[0] == 0  # run list full
+
+
+def load(data, n_pages, height, width):
+    record = sgeval.PredImage("1", np.zeros(n_pages, np.int64), None, None, None, None, "m.tiff")
+
+    class Source:
+        path = "pred.zip"
+
+        def read(self, name):
+            return data
+
+    return sgeval.load_pred_masks(Source(), record, height, width)
+
+
+def layout_and_buffers(data, n_pages, words):
+    status, pages, strips, starts = sgeval.tiff_layout(np.frombuffer(data, np.uint8))
+    assert status == 0
+    return pages, strips, starts, np.ones(n_pages, bool), np.full((n_pages, words * 8), 255, np.uint8)
+
+
+def test_inflate_pages_remembers_all_zero_strips():
+    """Strips whose stream is one already seen to inflate to zeros (same bytes, same size) are
+    zero without decoding; other pages are decoded; rows start zeroed whatever they held."""
+    rng = np.random.default_rng(3)
+    masks = np.zeros((6, 40, 24), np.uint8)
+    masks[1, 2:5, 3:9] = 200
+    masks[4, 30:38, 1:20] = 1
+    masks[5] = rng.random((40, 24)) < 0.3
+    masks[2, :20] = 7  # two strips of one non-zero run: the same stream, not remembered as zero
+    data = tifffile_bytes(masks, rowsperstrip=10)  # 4 strips per page, most of them empty
+    pages, strips, starts, use, layers = layout_and_buffers(data, 6, 15)
+    zeros = np.zeros((2, 2 + 64), np.int64)
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+                                *run_arrays(), work_array(), zeros)
+    assert done.all()
+    np.testing.assert_array_equal(layers.view(np.uint64), sgeval.pack_masks(masks))
+    assert zeros[0, 1] == 240 and 0 < zeros[0, 0] <= 64  # an empty strip of 10 rows is remembered
+    first = zeros[0, 2:2 + zeros[0, 0]].astype(np.uint8).tobytes()
+    assert zlib.decompress(first) == bytes(240)
+    # a stream remembered for another size is not taken for this one: page 3 stated 25 pixels
+    # wide has strips of 250 bytes, which its streams of 240 zero bytes do not fill
+    wider = pages.copy()
+    wider[3, 0] = 25
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), wider, strips, starts, use, layers,
+                                *run_arrays(), work_array(), zeros)
+    assert done.tolist() == [True, True, True, False, True, True]
+    # a remembered stream whose bytes differ is no match either: masks read the same after the
+    # memory is filled with an edited copy
+    zeros[:] = 0
+    zeros[0, 0], zeros[0, 1] = len(first), 240
+    zeros[0, 2:2 + len(first)] = np.frombuffer(first, np.uint8)
+    zeros[0, 2 + len(first) // 2] ^= 1
+    sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, *run_arrays(),
+                         work_array(), zeros)
+    np.testing.assert_array_equal(layers.view(np.uint64), sgeval.pack_masks(masks))
+
+
+def test_pages_declined_by_inflate_runs_are_read_the_usual_way():
+    """A page with more runs than the run list holds, a page whose strip is corrupt, pages not
+    in use: left zero and not done; load_pred_masks reads them (or reports them) as before."""
+    rng = np.random.default_rng(4)
+    masks = (rng.random((3, 30, 40)) < 0.5).astype(np.uint8)
+    masks[0] = 0
+    data = tifffile_bytes(masks)
+    pages, strips, starts, use, layers = layout_and_buffers(data, 3, 19)
+    use[2] = False
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+                                *run_arrays(100), work_array(), np.zeros((1, 10), np.int64))
+    assert done.tolist() == [True, False, False] and not layers.any()  # page 1: 600 runs
+    np.testing.assert_array_equal(load(data, 3, 30, 40), sgeval.pack_masks(masks))
+    corrupt = bytearray(data)
+    offset, count = strips[starts[1]]
+    corrupt[offset + count - 1] ^= 1  # page 1's checksum
+    with pytest.raises(sgeval.SGEvalError, match="m.tiff: cannot read TIFF"):
+        load(bytes(corrupt), 3, 30, 40)
