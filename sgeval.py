@@ -1094,8 +1094,9 @@ def _equal64(x, y):
 def _png_unfilter_serial(kind, src, prev, row, start, stop, channels):
     """Undo a Sub, Average or Paeth filter on bytes [start, stop) of a row, left to right. The loop
     runs over views from 0, which numba compiles without negative index checks."""
+    zero = np.int64(0)  # not the constant 0: _png_predict would be compiled for it
     for i in range(start, min(stop, channels)):  # no left neighbour: a = c = 0
-        row[i] = src[i] + _png_predict(kind, 0, np.int64(prev[i]), 0)
+        row[i] = src[i] + _png_predict(kind, zero, np.int64(prev[i]), zero)
     start = max(start, channels)
     left, up_left = row[start - channels: stop - channels], prev[start - channels: stop - channels]
     here, up, src = row[start:stop], prev[start:stop], src[start:stop]
@@ -1122,7 +1123,7 @@ def _png_unfilter_row(kind, src, prev, row, channels):
                 if not _equal64(row[start - channels:], prev[start - channels:]):
                     _png_unfilter_serial(kind, src, prev, row, start, min(start + 64, n), channels)
     elif kind == 1 or kind == 3:
-        _png_unfilter_serial(kind, src, prev, row, 0, n, channels)
+        _png_unfilter_serial(kind, src, prev, row, np.int64(0), n, channels)
     else:
         return False
     return True
@@ -1137,7 +1138,7 @@ def unfilter_segments(raw, height, width, channels, segment_ids_G):
     packed = np.zeros((segment_ids_G.shape[0], (height * width + 7) // 8), np.uint8)
     prev = np.zeros(stride + 64, np.uint8)  # the row above the first row is zero
     row = np.zeros(stride + 64, np.uint8)
-    last_id, last_segment, run_start = -1, -1, 0  # current run of equal ids starts at pixel run_start
+    last_id, last_segment, run_start = -1, -1, np.int64(0)  # current run of equal ids starts at pixel run_start
     for y in range(height):
         at = y * (stride + 1)
         if not _png_unfilter_row(raw[at], raw[at + 1: at + 1 + stride], prev, row, channels):
@@ -1330,21 +1331,25 @@ _DIST_BASE = np.array([1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193
 _DIST_EXTRA = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
                         13, 13], np.int64)
 _CODE_ORDER = np.array([16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15], np.int64)
-# inflate_runs' int64 work array, by offset: the code length code's lengths; per code (literal/
-# length and distance, of the block and fixed): the number of codes of each length (16), the
-# symbols in code order, a lookup table; the code lengths of a dynamic block; a scratch row.
+# inflate_runs' int64 work array, by offset: the code length code's 19 lengths, a scratch row of
+# 16, the code lengths of a dynamic block (320), then five codes (literal/length and distance of
+# the block, the same fixed, the code length code), each _Z_CODE long: the number of codes of
+# each length (16), the symbols in code order (288), a lookup table (1 << _Z_TABLE_BITS). The
+# kernels pass offsets to their helpers as np.int64 values: a constant argument compiles the
+# helper once more, for that constant.
 _Z_TABLE_BITS = 9  # lookup tables: the next 9 bits -> symbol << 4 | code length (0: look further)
-_Z_LENS, _Z_LIT_N, _Z_LIT_S, _Z_DIST_N, _Z_DIST_S, _Z_OFFS, _Z_FLIT_N, _Z_FLIT_S, _Z_FDIST_N, _Z_FDIST_S, _Z_WORK = (
-    0, 320, 336, 624, 640, 672, 688, 704, 992, 1008, 1040)
-_Z_LIT_T, _Z_DIST_T, _Z_FLIT_T, _Z_FDIST_T, _Z_CODE_T, _Z_WORK_SIZE = 1360, 1872, 2384, 2896, 3408, 3920
+_Z_CODE = 16 + 288 + (1 << _Z_TABLE_BITS)
+_Z_LENS, _Z_OFFS, _Z_WORK = 0, 32, 48
+_Z_LIT, _Z_DIST, _Z_FLIT, _Z_FDIST, _Z_CLEN = (368 + k * _Z_CODE for k in range(5))
+_Z_WORK_SIZE = 368 + 5 * _Z_CODE
 
 
 @numba.njit(cache=_JIT_CACHE)
-def _huffman(work, lens_at, n, count_at, symbol_at, table_at):
-    """Canonical Huffman code of the n code lengths at work[lens_at:]: the number of codes of each
-    length (work[count_at:][:16]), the symbols in code order (work[symbol_at:]) and the lookup
-    table (work[table_at:]). Returns 1 for a complete code, 0 for an incomplete one, -1 for an
+def _huffman(work, lens_at, n, code_at):
+    """Canonical Huffman code of the n code lengths at work[lens_at:], stored at work[code_at:]
+    (see _Z_CODE). Returns 1 for a complete code, 0 for an incomplete one, -1 for an
     over-subscribed one."""
+    count_at, symbol_at, table_at = code_at, code_at + 16, code_at + 16 + 288
     for length in range(16):
         work[count_at + length] = 0
     for s in range(n):
@@ -1391,12 +1396,13 @@ def _fill(buf, pos, end, bitbuf, bitcnt):
 
 
 @numba.njit(cache=_JIT_CACHE, inline="always")
-def _decode(bitbuf, work, count_at, symbol_at, table_at):
-    """One symbol of a canonical Huffman code from the bit buffer (at least 15 bits): by the
-    lookup table, else bit by bit. Returns (symbol or -1, code length)."""
-    entry = work[table_at + (bitbuf & ((1 << _Z_TABLE_BITS) - 1))]
+def _decode(bitbuf, work, code_at):
+    """One symbol of the canonical Huffman code at work[code_at:] from the bit buffer (at least
+    15 bits): by the lookup table, else bit by bit. Returns (symbol or -1, code length)."""
+    entry = work[code_at + 16 + 288 + (bitbuf & ((1 << _Z_TABLE_BITS) - 1))]
     if entry:
         return entry >> 4, entry & 15
+    count_at, symbol_at = code_at, code_at + 16
     code = first = index = 0
     for length in range(1, 16):
         code |= (bitbuf >> (length - 1)) & 1
@@ -1434,6 +1440,49 @@ def _emit(value, length, at, n_runs, run_start, run_value, out, base):
 
 
 @numba.njit(cache=_JIT_CACHE)
+def _block_codes(buf, pos, end, bitbuf, bitcnt, work):
+    """The Huffman codes of a dynamic block, read after its 3 header bits: the literal/length and
+    distance codes, stored at _Z_LIT and _Z_DIST. Returns (False for an invalid or incomplete
+    code, pos, bitbuf, bitcnt)."""
+    lens, lengths, clen = np.int64(_Z_LENS), np.int64(_Z_WORK), np.int64(_Z_CLEN)  # not constants: see _Z_CODE
+    pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+    n_lit, n_dist, n_code = (bitbuf & 31) + 257, ((bitbuf >> 5) & 31) + 1, ((bitbuf >> 10) & 15) + 4
+    bitbuf, bitcnt = bitbuf >> 14, bitcnt - 14
+    if n_lit > 286 or n_dist > 30:
+        return False, pos, bitbuf, bitcnt
+    for k in range(19):
+        work[_Z_LENS + k] = 0
+    for k in range(n_code):
+        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+        work[_Z_LENS + _CODE_ORDER[k]] = bitbuf & 7
+        bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
+    if _huffman(work, lens, np.int64(19), clen) != 1:
+        return False, pos, bitbuf, bitcnt
+    k = 0
+    while k < n_lit + n_dist:  # the code lengths, coded by the code length code
+        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+        symbol, used = _decode(bitbuf, work, clen)
+        if symbol < 0 or (symbol == 16 and k == 0):
+            return False, pos, bitbuf, bitcnt
+        bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+        repeat, value = 1, symbol  # 16: 3-6 times the previous length; 17, 18: 3-10, 11-138 zeros
+        if symbol >= 16:
+            width = 2 if symbol == 16 else 3 if symbol == 17 else 7
+            repeat = (bitbuf & ((1 << width) - 1)) + (11 if symbol == 18 else 3)
+            bitbuf, bitcnt = bitbuf >> width, bitcnt - width
+            value = work[_Z_WORK + k - 1] if symbol == 16 else 0
+        if k + repeat > n_lit + n_dist:
+            return False, pos, bitbuf, bitcnt
+        for r in range(repeat):
+            work[_Z_WORK + k + r] = value
+        k += repeat
+    ok = (work[_Z_WORK + 256] != 0  # an end-of-block code
+          and _huffman(work, lengths, n_lit, np.int64(_Z_LIT)) == 1
+          and _huffman(work, lengths + n_lit, n_dist, np.int64(_Z_DIST)) == 1)
+    return ok, pos, bitbuf, bitcnt
+
+
+@numba.njit(cache=_JIT_CACHE)
 def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
     """Decode the zlib stream buf[pos:end] of ``size`` bytes of an 8-bit mask as runs of equal
     bytes, setting bit base + i of out (zeroed by the caller; most significant bit first, as
@@ -1444,15 +1493,17 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
 
     Returns the number of runs (at least 1) when the stream is a complete, valid zlib stream of
     exactly ``size`` bytes (header, Huffman codes, distances and Adler-32 checked) and fits the
-    run list (run_start, run_value); 0 for anything else, including valid streams this decoder declines (incomplete Huffman codes, a
-    window beyond 32 KiB, trailing bytes): the caller then inflates the stream the usual way,
-    which also reports what is wrong with it."""
+    run list (run_start, run_value); 0 for anything else, including valid streams this decoder
+    declines (stored blocks, incomplete Huffman codes, a window beyond 32 KiB, trailing bytes):
+    the caller then inflates the stream the usual way, which also reports what is wrong with it."""
     if end - pos < 6:
         return 0
     cmf, flg = np.int64(buf[pos]), np.int64(buf[pos + 1])
     if cmf & 15 != 8 or cmf >> 4 > 7 or (cmf * 256 + flg) % 31 or flg & 32:
         return 0
     pos += 2
+    # the offsets of the codes in work, as run-time values (see _Z_CODE)
+    block_lit, block_dist, fixed_lit, fixed_dist = np.int64(_Z_LIT), np.int64(_Z_DIST), np.int64(_Z_FLIT), np.int64(_Z_FDIST)
     bitbuf = bitcnt = np.int64(0)
     at = n_runs = cursor = 0
     adler_a, adler_b = 1, 0
@@ -1463,69 +1514,14 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
             return 0
         last, kind = bitbuf & 1, (bitbuf >> 1) & 3
         bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
-        if kind == 0:  # stored: LEN, NLEN, then LEN bytes, from the next byte boundary
-            pos -= bitcnt >> 3
-            bitbuf = bitcnt = 0
-            if pos + 4 > end:
-                return 0
-            length = np.int64(buf[pos]) | np.int64(buf[pos + 1]) << 8
-            if length ^ 0xFFFF != (np.int64(buf[pos + 2]) | np.int64(buf[pos + 3]) << 8):
-                return 0
-            pos += 4
-            if pos + length > end or at + length > size:
-                return 0
-            for k in range(length):
-                value = buf[pos + k]
-                n_runs = _emit(value, 1, at, n_runs, run_start, run_value, out, base)
-                if n_runs < 0:
-                    return 0
-                adler_a = (adler_a + value) % 65521
-                adler_b = (adler_b + adler_a) % 65521
-                at += 1
-            pos += length
-            continue
+        if kind == 0:  # a stored block (incompressible data, level 0): left to zlib-ng
+            return 0
         if kind == 1:
-            lit_n, lit_s, lit_t, dist_n, dist_s, dist_t = _Z_FLIT_N, _Z_FLIT_S, _Z_FLIT_T, _Z_FDIST_N, _Z_FDIST_S, _Z_FDIST_T
+            lit, dist = fixed_lit, fixed_dist
         elif kind == 2:
-            lit_n, lit_s, lit_t, dist_n, dist_s, dist_t = _Z_LIT_N, _Z_LIT_S, _Z_LIT_T, _Z_DIST_N, _Z_DIST_S, _Z_DIST_T
-            n_lit, n_dist, n_code = (bitbuf & 31) + 257, ((bitbuf >> 5) & 31) + 1, ((bitbuf >> 10) & 15) + 4
-            bitbuf, bitcnt = bitbuf >> 14, bitcnt - 14
-            if n_lit > 286 or n_dist > 30:
-                return 0
-            for k in range(19):
-                work[_Z_LENS + k] = 0
-            for k in range(n_code):
-                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-                work[_Z_LENS + _CODE_ORDER[k]] = bitbuf & 7
-                bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
-            if _huffman(work, _Z_LENS, 19, _Z_LIT_N, _Z_LIT_S, _Z_CODE_T) != 1:
-                return 0
-            k = 0
-            while k < n_lit + n_dist:
-                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-                symbol, used = _decode(bitbuf, work, _Z_LIT_N, _Z_LIT_S, _Z_CODE_T)
-                if symbol < 0:
-                    return 0
-                bitbuf, bitcnt = bitbuf >> used, bitcnt - used
-                if symbol < 16:
-                    work[_Z_WORK + k] = symbol
-                    k += 1
-                    continue
-                if symbol == 16 and k == 0:
-                    return 0
-                width, offset = (2, 3) if symbol == 16 else (3, 3) if symbol == 17 else (7, 11)
-                repeat = (bitbuf & ((1 << width) - 1)) + offset
-                bitbuf, bitcnt = bitbuf >> width, bitcnt - width
-                if k + repeat > n_lit + n_dist:
-                    return 0
-                value = work[_Z_WORK + k - 1] if symbol == 16 else 0
-                for r in range(repeat):
-                    work[_Z_WORK + k + r] = value
-                k += repeat
-            if work[_Z_WORK + 256] == 0:  # no end-of-block code
-                return 0
-            if (_huffman(work, _Z_WORK, n_lit, _Z_LIT_N, _Z_LIT_S, _Z_LIT_T) != 1
-                    or _huffman(work, _Z_WORK + n_lit, n_dist, _Z_DIST_N, _Z_DIST_S, _Z_DIST_T) != 1):
+            lit, dist = block_lit, block_dist
+            ok, pos, bitbuf, bitcnt = _block_codes(buf, pos, end, bitbuf, bitcnt, work)
+            if not ok:
                 return 0
         else:
             return 0
@@ -1535,7 +1531,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
                 if pos > end + 64:  # far past the end: the checks below would fail anyway
                     return 0
             start_bits, start_count = bitbuf, bitcnt
-            symbol, used = _decode(bitbuf, work, lit_n, lit_s, lit_t)
+            symbol, used = _decode(bitbuf, work, lit)
             if symbol < 0:
                 return 0
             bitbuf, bitcnt = bitbuf >> used, bitcnt - used
@@ -1557,7 +1553,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
             extra = _LENGTH_EXTRA[symbol]  # at most 5 + 15 + 13 bits follow: the buffer holds them
             length = _LENGTH_BASE[symbol] + (bitbuf & ((1 << extra) - 1))
             bitbuf, bitcnt = bitbuf >> extra, bitcnt - extra
-            symbol, used = _decode(bitbuf, work, dist_n, dist_s, dist_t)
+            symbol, used = _decode(bitbuf, work, dist)
             if symbol < 0 or symbol >= 30:
                 return 0
             bitbuf, bitcnt = bitbuf >> used, bitcnt - used
@@ -1643,8 +1639,9 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, run_sta
     hundred bytes throughout a file."""
     for k in range(318):  # the fixed codes: literal/length 8, 9, 7, 8 bits; distance 5 bits
         work[_Z_WORK + k] = 8 if k < 144 else 9 if k < 256 else 7 if k < 280 else 8 if k < 288 else 5
-    _huffman(work, _Z_WORK, 288, _Z_FLIT_N, _Z_FLIT_S, _Z_FLIT_T)
-    _huffman(work, _Z_WORK + 288, 30, _Z_FDIST_N, _Z_FDIST_S, _Z_FDIST_T)
+    lengths, n_lit = np.int64(_Z_WORK), np.int64(288)
+    _huffman(work, lengths, n_lit, np.int64(_Z_FLIT))
+    _huffman(work, lengths + n_lit, n_lit - 258, np.int64(_Z_FDIST))
     done = np.zeros(pages_P5.shape[0], np.bool_)
     for p in range(pages_P5.shape[0]):
         for i in range(layers_PB.shape[1]):
@@ -1736,14 +1733,17 @@ def load_pred_masks(source, record, height, width, needed=None, out=None):
                 words = out[: shape[0] * shape[1]].reshape(shape)
             else:
                 words = np.empty(shape, np.uint64)
-            layers = words.view(np.uint8)  # zeroed by inflate_pages
+            layers = words.view(np.uint8)  # zeroed below
             use = np.ones(len(pages), bool)
             if needed is not None:
                 use[:len(needed)] = needed[:len(pages)]
-            done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
-                                 _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
-                                 _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
-                                 _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
+            if (pages[:, 2] == 8).any():
+                done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+                                     _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
+                                     _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
+                                     _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
+            else:  # 1-bit pages only: all go the zlib-ng way (and the run decoder is not compiled)
+                layers[:], done = 0, np.zeros(len(pages), bool)
             if not done[use].all():  # the other pages the usual way (which reports what is wrong)
                 scratch, strips, starts = _buffer("tiff_pixels", height * width), strips.tolist(), starts.tolist()
                 for index in np.flatnonzero(use & ~done).tolist():

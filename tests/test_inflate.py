@@ -47,15 +47,16 @@ def expected_bits(raw, base=0):
     return np.packbits(values != 0)
 
 
-def test_hand_made_stored_block():
-    """A stored block of 0 0 5 5 5 0 0 0 0 7: runs (0, 2), (5, 3), (0, 4), (7, 1); bits 0011 1000 01."""
+def test_hand_made_runs():
+    """0 0 5 5 5 0 0 0 0 7: runs (0, 2), (5, 3), (0, 4), (7, 1); bits 0011 1000 01."""
     raw = bytes([0, 0, 5, 5, 5, 0, 0, 0, 0, 7])
-    n_runs, out, (run_start, run_value) = decode(zlib.compress(raw, 0), 10)
+    n_runs, out, (run_start, run_value) = decode(zlib.compress(raw, 9), 10)
     assert n_runs == 4
     assert run_start[:4].tolist() == [0, 2, 5, 9] and run_value[:4].tolist() == [0, 5, 0, 7]
     assert out.tolist() == [0b00111000, 0b01000000, 0, 0]
-    n_runs, out, _ = decode(zlib.compress(raw, 0), 10, base=3)  # bits from bit 3 on
+    n_runs, out, _ = decode(zlib.compress(raw, 9), 10, base=3)  # bits from bit 3 on
     assert out.tolist() == [0b00000111, 0b00001000, 0, 0]
+    assert decode(zlib.compress(raw, 0), 10)[0] == 0  # a stored block: left to zlib-ng
 
 
 def test_hand_made_fixed_code_block():
@@ -89,16 +90,19 @@ def random_mask_bytes(rng, kind, height, width):
 @pytest.mark.parametrize("seed", range(4))
 def test_random_streams_decode_as_zlib_and_packbits(seed):
     """Every level, strategy and window size of zlib, several kinds of content, bits from any
-    base: accepted, and the bits are those of zlib.decompress, packed."""
+    base: accepted unless stored, and the runs and bits are those of zlib.decompress."""
     rng = np.random.default_rng(seed)
     work = work_array()
     for trial in range(300):
         raw = random_mask_bytes(rng, trial % 4, *rng.integers(1, 60, 2))
-        compressor = zlib.compressobj(int(rng.integers(0, 10)), zlib.DEFLATED, int(rng.integers(9, 16)), 9,
-                                      int(rng.integers(0, 5)))
+        level = int(rng.integers(0, 10))
+        compressor = zlib.compressobj(level, zlib.DEFLATED, int(rng.integers(9, 16)), 9, int(rng.integers(0, 5)))
         stream = compressor.compress(raw) + compressor.flush()
         base = int(rng.integers(0, 20))
         n_runs, out, (run_start, run_value) = decode(stream, len(raw), base, 1 << 14, work)
+        if not n_runs:  # only stored blocks are declined: level 0, or random bytes zlib stores
+            assert trial % 4 == 3 or level == 0
+            continue
         values = np.frombuffer(raw, np.uint8)
         assert n_runs == np.count_nonzero(np.diff(values.astype(int))) + 1
         np.testing.assert_array_equal(run_start[:n_runs], np.flatnonzero(np.diff(values.astype(int), prepend=-1)))
