@@ -1416,10 +1416,11 @@ def _decode(bitbuf, work, code_at):
 
 
 @numba.njit(cache=_JIT_CACHE, inline="always")
-def _emit(value, length, at, n_runs, run_start, run_value, out, base):
+def _emit(value, length, at, n_runs, run_start, run_value, out, base, box, width):
     """Append ``length`` bytes of ``value`` at output position ``at`` to the run list; when the
-    value is not zero, set their bits in out (from bit base + at, most significant bit first).
-    Returns the new run count, -1 when the run list is full."""
+    value is not zero, set their bits in out (from bit base + at, most significant bit first) and
+    add them to box (pixel count, y0, y1, x0, x1 of the mask, width pixels wide). Returns the new
+    run count, -1 when the run list is full."""
     if n_runs == 0 or run_value[n_runs - 1] != value:
         if n_runs == run_start.shape[0]:
             return -1
@@ -1427,6 +1428,13 @@ def _emit(value, length, at, n_runs, run_start, run_value, out, base):
         n_runs += 1
     i, stop = base + at, base + at + length
     if value:
+        first, last = i // width, (stop - 1) // width
+        box[0] += length
+        box[1], box[2] = min(box[1], first), max(box[2], last)
+        if first == last:
+            box[3], box[4] = min(box[3], i - first * width), max(box[4], stop - 1 - first * width)
+        else:  # the run wraps around a row end: every column
+            box[3], box[4] = 0, width - 1
         while i < stop and i & 7:
             out[i >> 3] |= np.uint8(0x80 >> (i & 7))
             i += 1
@@ -1483,13 +1491,14 @@ def _block_codes(buf, pos, end, bitbuf, bitcnt, work):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
+def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box, width):
     """Decode the zlib stream buf[pos:end] of ``size`` bytes of an 8-bit mask as runs of equal
     bytes, setting bit base + i of out (zeroed by the caller; most significant bit first, as
     np.packbits) for each non-zero byte i. A mask is long runs, most of them zero, and a deflate
     match copies from a run: the decoder follows the runs (a few per row) where a plain inflate
     writes every byte and packing reads it again, and takes a repeated match code (a zero run is
-    hundreds of copies of 258 bytes) in one step.
+    hundreds of copies of 258 bytes) in one step. box: (5,) int64, the mask_boxes row of the mask
+    (width pixels wide) so far, to which the non-zero runs are added.
 
     Returns the number of runs (at least 1) when the stream is a complete, valid zlib stream of
     exactly ``size`` bytes (header, Huffman codes, distances and Adler-32 checked) and fits the
@@ -1538,7 +1547,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
             if symbol < 256:
                 if at >= size:
                     return 0
-                n_runs = _emit(symbol, 1, at, n_runs, run_start, run_value, out, base)
+                n_runs = _emit(symbol, 1, at, n_runs, run_start, run_value, out, base, box, width)
                 if n_runs < 0:
                     return 0
                 adler_a = (adler_a + symbol) % 65521
@@ -1584,7 +1593,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
                     else:
                         break
                 value = run_value[n_runs - 1]
-                n_runs = _emit(value, total, at, n_runs, run_start, run_value, out, base)
+                n_runs = _emit(value, total, at, n_runs, run_start, run_value, out, base, box, width)
                 adler_b = (adler_b + total % 65521 * adler_a + value * ((total * (total + 1) >> 1) % 65521)) % 65521
                 adler_a = (adler_a + value * total) % 65521
                 at += total
@@ -1607,7 +1616,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
                 # the source's run ends at the next run's start; the last run grows with the copy
                 piece = length if j == n_runs - 1 else min(length, run_start[j + 1] - source)
                 value = run_value[j]
-                n_runs = _emit(value, piece, at, n_runs, run_start, run_value, out, base)
+                n_runs = _emit(value, piece, at, n_runs, run_start, run_value, out, base, box, width)
                 if n_runs < 0:
                     return 0
                 adler_b = (adler_b + piece % 65521 * adler_a + value * ((piece * (piece + 1) >> 1) % 65521)) % 65521
@@ -1625,10 +1634,11 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, run_start, run_value, work, zeros):
+def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P5, run_start, run_value, work, zeros):
     """Decode deflate TIFF pages (tiff_layout's tables of the file buf) straight into packed
-    masks, layers_PB (a row of bytes per page, zeroed here), by inflate_runs. Returns (P,) bool:
-    True for the pages done here. The others are left zero for the caller: pages not in use_P,
+    masks, layers_PB (a row of bytes per page, zeroed here), by inflate_runs, and their boxes_P5
+    (as mask_boxes, but the columns exact). Returns (P,) bool: True for the pages done here. The
+    others are left zero, with the boxes of empty masks, for the caller: pages not in use_P,
     pages not 8-bit deflate, too few strips, and streams inflate_runs declines. (1-bit pages are
     inflated by zlib-ng straight into their rows: faster, as they are 8 times smaller.)
 
@@ -1646,6 +1656,7 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, run_sta
     for p in range(pages_P5.shape[0]):
         for i in range(layers_PB.shape[1]):
             layers_PB[p, i] = 0
+        boxes_P5[p, 0], boxes_P5[p, 1], boxes_P5[p, 2], boxes_P5[p, 3], boxes_P5[p, 4] = 0, 1 << 62, -1, 1 << 62, -1
         width, height, bits, compression, rows_per_strip = pages_P5[p]
         if not use_P[p] or compression == 1 or bits != 8:
             continue
@@ -1670,11 +1681,12 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, run_sta
             if known:
                 continue
             n_runs = inflate_runs(buf, offset, offset + count, strip_size, layers_PB[p], s * step, run_start,
-                                  run_value, work)
+                                  run_value, work, boxes_P5[p], width)
             if n_runs == 0:
                 done[p] = False
                 for i in range(layers_PB.shape[1]):
                     layers_PB[p, i] = 0
+                boxes_P5[p, 0], boxes_P5[p, 1], boxes_P5[p, 2], boxes_P5[p, 3], boxes_P5[p, 4] = 0, 1 << 62, -1, 1 << 62, -1
                 break
             if n_runs == 1 and run_value[0] == 0 and count <= zeros.shape[1] - 2:  # remember it, oldest out
                 for k in range(zeros.shape[0] - 1, 0, -1):
@@ -1713,10 +1725,11 @@ def _read_strips(data, page, strips, out, scratch):
     out[: len(packed)] = packed
 
 
-def load_pred_masks(source, record, height, width, needed=None, out=None):
+def load_pred_masks(source, record, height, width, needed=None, out=None, boxes=False):
     """Bit-packed (P, W) masks of one prediction from its TIFF (pages or 3-D page layers).
     needed: optional (P,) bool; pages not needed are left empty when the strip reader is used.
-    out: optional flat uint64 array; when it has room for the masks, they are written there."""
+    out: optional flat uint64 array; when it has room for the masks, they are written there.
+    boxes: return (masks, their mask_boxes), the boxes of decoded uint8 pages from the decoder."""
     where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
     try:
         data = source.read(record.seg_filename)
@@ -1737,8 +1750,9 @@ def load_pred_masks(source, record, height, width, needed=None, out=None):
             use = np.ones(len(pages), bool)
             if needed is not None:
                 use[:len(needed)] = needed[:len(pages)]
+            box = np.empty((len(pages), 5), np.int64)
             if (pages[:, 2] == 8).any():
-                done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+                done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, box,
                                      _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
                                      _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
                                      _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
@@ -1749,15 +1763,18 @@ def load_pred_masks(source, record, height, width, needed=None, out=None):
                 for index in np.flatnonzero(use & ~done).tolist():
                     _read_strips(data, pages[index].tolist(), strips[starts[index]:starts[index + 1]], layers[index],
                                  scratch)
+            if boxes and not done.all():
+                box[~done] = mask_boxes(words[~done], width)
         else:
             words = pack_masks(_tifffile_layers(data, height, width, where))
+            box = mask_boxes(words, width) if boxes else None
     except SGEvalError:
         raise
     except Exception as error:  # zipfile, tifffile and the codecs raise many types on corrupt data
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
     if len(words) != len(record.categories):
         raise SGEvalError([f"{where}: {len(words)} masks for {len(record.categories)} instances"])
-    return words
+    return (words, box) if boxes else words
 
 
 def _tifffile_layers(data, height, width, where):
@@ -2268,9 +2285,9 @@ def _evaluate_image(task):
         if mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
         else:
-            bits = load_pred_masks(source, pred, gt.height, gt.width, needed,
-                                   _buffer("pred_bits", len(pred.categories) * -(-gt.height * gt.width // 64), np.uint64))
-            boxes, iou = mask_boxes(bits, gt.width), np.full((len(pred.categories), len(gt.categories)), -1.0)
+            bits, boxes = load_pred_masks(source, pred, gt.height, gt.width, needed, _buffer(
+                "pred_bits", len(pred.categories) * -(-gt.height * gt.width // 64), np.uint64), boxes=True)
+            iou = np.full((len(pred.categories), len(gt.categories)), -1.0)
             if needed is None or needed.any():  # else no prediction has a GT category
                 gt_bits = load_gt_masks(gt)
                 gt_boxes = mask_boxes(gt_bits, gt.width)

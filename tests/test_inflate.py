@@ -22,7 +22,8 @@ def work_array():
     tiff = tifffile_bytes(np.zeros((1, 1, 1), np.uint8))
     status, pages, strips, starts = sgeval.tiff_layout(np.frombuffer(tiff, np.uint8))
     sgeval.inflate_pages(np.frombuffer(tiff, np.uint8), pages, strips, starts, np.zeros(1, bool),
-                         np.zeros((1, 8), np.uint8), *run_arrays(), work, np.zeros((1, 8), np.int64))
+                         np.zeros((1, 8), np.uint8), np.zeros((1, 5), np.int64), *run_arrays(), work,
+                         np.zeros((1, 8), np.int64))
     return work
 
 
@@ -32,13 +33,27 @@ def tifffile_bytes(masks, **options):
     return buffer.getvalue()
 
 
-def decode(stream, size, base=0, capacity=1 << 12, work=None):
-    """(run count or 0, packed bits of size bits from bit base, the run arrays)."""
+EMPTY_BOX = [0, 1 << 62, -1, 1 << 62, -1]  # mask_boxes of an empty mask
+
+
+def exact_boxes(masks_PHW):
+    """mask_boxes rows with exact columns: pixel count, y0, y1, x0, x1."""
+    boxes = []
+    for mask in masks_PHW:
+        ys, xs = np.nonzero(mask)
+        boxes.append([len(ys), ys.min(), ys.max(), xs.min(), xs.max()] if len(ys) else EMPTY_BOX)
+    return np.array(boxes, np.int64).reshape(-1, 5)
+
+
+def decode(stream, size, base=0, capacity=1 << 12, work=None, box=None):
+    """(run count or 0, packed bits of size bits from bit base, the run arrays); box: the mask
+    box of the data as pixels base.. of one row, updated."""
     out = np.zeros(-(-(base + size) // 8) + 2, np.uint8)
     run_start, run_value = run_arrays(capacity)
     buf = np.frombuffer(stream, np.uint8)
+    box = np.array(EMPTY_BOX, np.int64) if box is None else box
     n_runs = sgeval.inflate_runs(buf, 0, len(buf), size, out, base, run_start, run_value,
-                                 work_array() if work is None else work)
+                                 work_array() if work is None else work, box, base + size)
     return n_runs, out, (run_start, run_value)
 
 
@@ -110,6 +125,9 @@ def test_random_streams_decode_as_zlib_and_packbits(seed):
         expected = expected_bits(raw, base)
         np.testing.assert_array_equal(out[:len(expected)], expected)
         assert not out[len(expected):].any()
+        box = np.array(EMPTY_BOX, np.int64)
+        decode(stream, len(raw), base, 1 << 14, work, box)
+        np.testing.assert_array_equal(box, exact_boxes(np.r_[np.zeros(base, np.uint8), values][None, None])[0])
 
 
 def test_corrupted_streams_are_declined_or_decoded_as_zlib_ng_does():
@@ -168,7 +186,7 @@ def test_declined_streams():
     assert decode(zlib.compress(alternating), 40, capacity=39)[0] == 0  # run list full
 
 
-def load(data, n_pages, height, width):
+def load(data, n_pages, height, width, boxes=False):
     record = sgeval.PredImage("1", np.zeros(n_pages, np.int64), None, None, None, None, "m.tiff")
 
     class Source:
@@ -177,7 +195,7 @@ def load(data, n_pages, height, width):
         def read(self, name):
             return data
 
-    return sgeval.load_pred_masks(Source(), record, height, width)
+    return sgeval.load_pred_masks(Source(), record, height, width, boxes=boxes)
 
 
 def layout_and_buffers(data, n_pages, words):
@@ -198,10 +216,12 @@ def test_inflate_pages_remembers_all_zero_strips():
     data = tifffile_bytes(masks, rowsperstrip=10)  # 4 strips per page, most of them empty
     pages, strips, starts, use, layers = layout_and_buffers(data, 6, 15)
     zeros = np.zeros((2, 2 + 64), np.int64)
-    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+    boxes = np.zeros((6, 5), np.int64)
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, boxes,
                                 *run_arrays(), work_array(), zeros)
     assert done.all()
     np.testing.assert_array_equal(layers.view(np.uint64), sgeval.pack_masks(masks))
+    np.testing.assert_array_equal(boxes, exact_boxes(masks))
     assert zeros[0, 1] == 240 and 0 < zeros[0, 0] <= 64  # an empty strip of 10 rows is remembered
     first = zeros[0, 2:2 + zeros[0, 0]].astype(np.uint8).tobytes()
     assert zlib.decompress(first) == bytes(240)
@@ -209,7 +229,7 @@ def test_inflate_pages_remembers_all_zero_strips():
     # wide has strips of 250 bytes, which its streams of 240 zero bytes do not fill
     wider = pages.copy()
     wider[3, 0] = 25
-    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), wider, strips, starts, use, layers,
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), wider, strips, starts, use, layers, boxes,
                                 *run_arrays(), work_array(), zeros)
     assert done.tolist() == [True, True, True, False, True, True]
     # a remembered stream whose bytes differ is no match either: masks read the same after the
@@ -218,9 +238,10 @@ def test_inflate_pages_remembers_all_zero_strips():
     zeros[0, 0], zeros[0, 1] = len(first), 240
     zeros[0, 2:2 + len(first)] = np.frombuffer(first, np.uint8)
     zeros[0, 2 + len(first) // 2] ^= 1
-    sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, *run_arrays(),
+    sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, boxes, *run_arrays(),
                          work_array(), zeros)
     np.testing.assert_array_equal(layers.view(np.uint64), sgeval.pack_masks(masks))
+    np.testing.assert_array_equal(boxes, exact_boxes(masks))
 
 
 def test_pages_declined_by_inflate_runs_are_read_the_usual_way():
@@ -232,10 +253,15 @@ def test_pages_declined_by_inflate_runs_are_read_the_usual_way():
     data = tifffile_bytes(masks)
     pages, strips, starts, use, layers = layout_and_buffers(data, 3, 19)
     use[2] = False
-    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers,
+    boxes = np.ones((3, 5), np.int64)
+    done = sgeval.inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, boxes,
                                 *run_arrays(100), work_array(), np.zeros((1, 10), np.int64))
     assert done.tolist() == [True, False, False] and not layers.any()  # page 1: 600 runs
+    assert (boxes == EMPTY_BOX).all()  # not done: the boxes of empty masks
     np.testing.assert_array_equal(load(data, 3, 30, 40), sgeval.pack_masks(masks))
+    words, boxes = load(data, 3, 30, 40, boxes=True)  # page 1's box from mask_boxes, the others' exact
+    np.testing.assert_array_equal(boxes[[0, 2]], exact_boxes(masks)[[0, 2]])
+    np.testing.assert_array_equal(boxes[1], sgeval.mask_boxes(words[1:2], 40)[0])
     corrupt = bytearray(data)
     offset, count = strips[starts[1]]
     corrupt[offset + count - 1] ^= 1  # page 1's checksum
