@@ -333,6 +333,8 @@ def _int_rows(value, width, name, where, problems):
 
 def _check_indices(rows, name, limits, labels, where, problems):
     """Report the first row of every column that falls outside [0, limit)."""
+    if rows.size == 0 or (rows.min() >= 0 and (rows.max(axis=0) < limits).all()):
+        return  # all in range (the usual case): one pass instead of one per column
     for column, (limit, label) in enumerate(zip(limits, labels)):
         bad = np.flatnonzero((rows[:, column] < 0) | (rows[:, column] >= limit))
         if bad.size:
@@ -447,7 +449,9 @@ def read_gt(gt_path, seg_root=None):
         _check_indices(categories[:, None], "segment", [len(objects)], ["category"], where, problems)
         _check_indices(relations, "relation", [len(categories)] * 2 + [len(predicates)],
                        ["segment", "segment", "predicate"], where, problems)
-        _, first = np.unique(relations, axis=0, return_index=True)
+        # duplicate relations dropped (keys in range unless a problem was just reported)
+        first = _first_occurrences((relations[:, 0] * len(categories) + relations[:, 1]) * len(predicates)
+                                   + relations[:, 2])
         seg_path = None
         if seg_root is not None:
             if not isinstance(entry.pan_seg_file_name, str):
@@ -458,7 +462,7 @@ def read_gt(gt_path, seg_root=None):
                 problems.append(f"{seg_path}: image {image_id}: panoptic PNG not found "
                                 f"(field 'pan_seg_file_name' under {seg_root})")
         images.append(GTImage(image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories, boxes,
-                              relations[np.sort(first)]))
+                              relations[first]))
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
     training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
@@ -522,14 +526,16 @@ def training_statistics(entries, n_objects, n_predicates, path, problems):
             if relations is None:
                 continue
             categories = np.array(categories, np.int64)
+        before = len(problems)
         _check_indices(categories[:, None], "segment", [n_objects], ["category"], where, problems)
         _check_indices(relations, "relation", [len(categories)] * 2 + [n_predicates],
                        ["segment", "segment", "predicate"], where, problems)
-        if len(categories) and (categories.min() < 0 or categories.max() >= n_objects):
-            continue
-        valid = ((relations >= 0).all(axis=1) & (relations[:, :2] < len(categories)).all(axis=1)
-                 & (relations[:, 2] < n_predicates))
-        rows = relations[valid]
+        rows = relations
+        if len(problems) > before:  # the statistics go on with the rows in range (the run fails anyway)
+            if len(categories) and (categories.min() < 0 or categories.max() >= n_objects):
+                continue
+            rows = relations[(relations >= 0).all(axis=1) & (relations[:, :2] < len(categories)).all(axis=1)
+                             & (relations[:, 2] < n_predicates)]
         types.update(zip(categories[rows[:, 0]].tolist(), categories[rows[:, 1]].tolist(), rows[:, 2].tolist()))
     pairs = np.zeros(n_predicates, np.int64)
     for p, count in collections.Counter(p for _, _, p in types).items():
@@ -637,7 +643,7 @@ def _instances(record, where, mode, n_objects, problems):
     one) from any of the three instance-list spellings; (None, None, None) after a problem."""
     if "instances" in record or "annotation" in record:
         items = record.get("instances", record.get("annotation"))
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        if not isinstance(items, list) or not _types(items) <= {dict}:
             problems.append(f"{where}: field 'instances' must be a list of objects")
             return None, None, None
         categories = [i.get("category") for i in items]
@@ -659,7 +665,7 @@ def _instances(record, where, mode, n_objects, problems):
     else:
         problems.append(f"{where}: no instance list ('instances', 'annotation' or 'categories')")
         return None, None, None
-    if not all(isinstance(c, int) and not isinstance(c, bool) for c in categories):
+    if not _types(categories) <= {int}:  # JSON integers (not bool)
         problems.append(f"{where}: field 'category' must be an integer for every instance")
         return None, None, None
     category_array = np.array(categories, np.int64)
@@ -695,9 +701,9 @@ def _instances(record, where, mode, n_objects, problems):
 
 def _box_array(boxes):
     """(P, 4) float64 when every box is a list of at least four JSON numbers, else None."""
-    if not all(type(box) is list and len(box) >= 4 for box in boxes):
+    if not _types(boxes) <= {list} or min(map(len, boxes), default=4) < 4:
         return None
-    values = [value for box in boxes for value in box[:4]]
+    values = list(itertools.chain.from_iterable(boxes if set(map(len, boxes)) <= {4} else (b[:4] for b in boxes)))
     return np.array(values, np.float64).reshape(-1, 4) if set(map(type, values)) <= {int, float} else None
 
 
@@ -2263,10 +2269,15 @@ def _audit(pred, iou_PP, node_of, n_nodes, merged_triplets):
     pairs = T[:, 0] * n_pred + T[:, 1]
     triplet_keys = pairs * (int(T[:, 2].max()) + 1 if len(T) else 1) + T[:, 2]
     merged_pairs = merged_triplets[:, 0] * n_pred + merged_triplets[:, 1]
-    return [len(T) - len(np.unique(triplet_keys)), len(T) - len(np.unique(pairs)),
-            np.count_nonzero(T[:, 0] == T[:, 1]), np.count_nonzero(earlier_twin),
-            np.count_nonzero(node_of >= 0) - n_nodes, np.count_nonzero(node_of < 0),
-            len(merged_triplets) - len(np.unique(merged_pairs))]
+    return [_repeats(triplet_keys), _repeats(pairs), np.count_nonzero(T[:, 0] == T[:, 1]),
+            np.count_nonzero(earlier_twin), np.count_nonzero(node_of >= 0) - n_nodes,
+            np.count_nonzero(node_of < 0), _repeats(merged_pairs)]
+
+
+def _repeats(keys_N):
+    """The number of entries equal to an earlier one (len(keys) - len(np.unique(keys)))."""
+    ordered = np.sort(keys_N)
+    return np.count_nonzero(ordered[1:] == ordered[:-1])
 
 
 def _evaluate_image(task):
