@@ -1955,14 +1955,18 @@ def _iou(a_W, b_W, box_a, box_b, width):
 def self_iou(bits_PW, box_P5, width, threshold):
     """Symmetric IoU (P, P) of every pair of packed masks of the given width (with their
     mask_boxes), categories ignored (1.0 on the diagonal unless the mask is empty), for the pairs
-    whose IoU can reach ``threshold``; the others hold 0.0. A pair cannot when the smaller area
-    over the larger one is below it, as IoU <= min / max (and, both rounded, fl(IoU) <=
-    fl(min / max)): such pairs are never counted. With threshold 0, every IoU is computed."""
+    whose IoU can reach ``threshold``; the others hold 0.0. A pair cannot when m / (a + b - m)
+    is below it, where a, b are the areas and m the least of a, b and the area where the boxes
+    overlap: the intersection is at most m, so IoU <= m / (a + b - m) (and, both rounded, fl(IoU)
+    <= fl(m / (a + b - m))): such pairs are never counted. With threshold 0, every IoU is computed."""
     iou = np.zeros((bits_PW.shape[0], bits_PW.shape[0]))
     for i in range(bits_PW.shape[0]):
         for j in range(i + 1):
-            small, large = min(box_P5[i, 0], box_P5[j, 0]), max(box_P5[i, 0], box_P5[j, 0])
-            if large > 0 and small / large >= threshold:
+            a, b = box_P5[i, 0], box_P5[j, 0]
+            rows = min(box_P5[i, 2], box_P5[j, 2]) - max(box_P5[i, 1], box_P5[j, 1]) + 1
+            columns = min(box_P5[i, 4], box_P5[j, 4]) - max(box_P5[i, 3], box_P5[j, 3]) + 1
+            most = min(a, b, max(rows, 0) * max(columns, 0))
+            if a + b > 0 and most / (a + b - most) >= threshold:
                 iou[i, j] = iou[j, i] = _iou(bits_PW[i], bits_PW[j], box_P5[i], box_P5[j], width)
     return iou
 

@@ -212,8 +212,9 @@ def test_self_iou_matches_mask_iou_and_py_func():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_self_iou_skips_only_pairs_below_the_threshold(seed):
-    """With a threshold, pairs whose area ratio rules out IoU >= threshold are skipped (0.0); every
-    other entry is the exact IoU, so IoU >= threshold is decided exactly, ties included."""
+    """With a threshold, pairs whose areas and box overlap rule out IoU >= threshold are skipped
+    (0.0); every other entry is the exact IoU, so IoU >= threshold is decided exactly, ties
+    included."""
     rng = np.random.default_rng(seed)
     masks = np.zeros((30, 8, 16), bool)
     for mask in masks:
@@ -222,6 +223,8 @@ def test_self_iou_skips_only_pairs_below_the_threshold(seed):
     masks[1], masks[2] = masks[0], False  # a duplicate and an empty mask
     masks[3:5] = False
     masks[3, :, :8], masks[4, :, :4] = True, True  # 4 inside 3 with half its area: IoU exactly 0.5
+    masks[5:9] = False  # boxes (whole rows: a word spans 4 rows) overlapping by 32 and 16 pixels
+    masks[5, :3], masks[6, 1:4], masks[7, :6, :6], masks[8, 5:, :12] = True, True, True, True
     bits = sgeval.pack_masks(masks)
     boxes = sgeval.mask_boxes(bits, 16)
     exact, pruned = sgeval.self_iou(bits, boxes, 16, 0.0), sgeval.self_iou(bits, boxes, 16, 0.5)
@@ -229,6 +232,8 @@ def test_self_iou_skips_only_pairs_below_the_threshold(seed):
     np.testing.assert_array_equal(pruned[pruned > 0], exact[pruned > 0])
     np.testing.assert_array_equal(pruned, sgeval.self_iou.py_func(bits, boxes, 16, 0.5))
     assert pruned[3, 4] == 0.5 and (pruned == 0).sum() > (exact == 0).sum()  # a tie kept, pairs skipped
+    assert pruned[5, 6] == exact[5, 6] == 0.5  # IoU 32 / 64 at the box bound 32 / (48 + 48 - 32): kept
+    assert exact[7, 8] == 6 / 66 and pruned[7, 8] == 0.0  # equal areas, the boxes overlap by 16 < 36
 
 
 def tiff_status(data):
