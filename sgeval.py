@@ -1577,32 +1577,36 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
             bitbuf, bitcnt = bitbuf >> extra, bitcnt - extra
             if distance > at or distance > 32768 or at + length > size:
                 return 0
-            source = at - distance
+            # the same code (length, distance and their extra bits) repeated k times is one match
+            # of k lengths at that distance: a run of 100 kB is some 400 such matches, a
+            # rectangle's rows some 400 matches of the row above
+            used = start_count - bitcnt
+            code, mask = start_bits & ((1 << used) - 1), (1 << used) - 1
+            total = length
+            if bitcnt < 48:
+                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+            many = 48 // used if bitbuf & mask == code else 0  # repeats compared at once (none: no repeat)
+            codes, many_mask = code, mask
+            for r in range(1, many):
+                codes, many_mask = codes | code << (r * used), many_mask | mask << (r * used)
+            while many:
+                if bitcnt < 48:
+                    pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                if bitbuf & many_mask == codes and at + total + many * length <= size:
+                    bitbuf, bitcnt = bitbuf >> (many * used), bitcnt - many * used
+                    total += many * length
+                elif bitbuf & mask == code and at + total + length <= size:
+                    bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+                    total += length
+                else:
+                    break
+            length, source = total, at - distance
             if source >= run_start[n_runs - 1]:  # within the last run: the run grows by length
-                # and by as many more lengths as the same code (length, distance and their extra
-                # bits) repeats in the stream: a run of 100 kB is some 400 such matches
-                used = start_count - bitcnt
-                code, mask = start_bits & ((1 << used) - 1), (1 << used) - 1
-                total, many = length, 48 // used  # many repeats compared at once
-                codes, many_mask = code, mask
-                for r in range(1, many):
-                    codes, many_mask = codes | code << (r * used), many_mask | mask << (r * used)
-                while True:
-                    if bitcnt < 48:
-                        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-                    if bitbuf & many_mask == codes and at + total + many * length <= size:
-                        bitbuf, bitcnt = bitbuf >> (many * used), bitcnt - many * used
-                        total += many * length
-                    elif bitbuf & mask == code and at + total + length <= size:
-                        bitbuf, bitcnt = bitbuf >> used, bitcnt - used
-                        total += length
-                    else:
-                        break
                 value = run_value[n_runs - 1]
-                n_runs = _emit(value, total, at, n_runs, run_start, run_value, out, base, box, width)
-                adler_b = (adler_b + total % 65521 * adler_a + value * ((total * (total + 1) >> 1) % 65521)) % 65521
-                adler_a = (adler_a + value * total) % 65521
-                at += total
+                n_runs = _emit(value, length, at, n_runs, run_start, run_value, out, base, box, width)
+                adler_b = (adler_b + length % 65521 * adler_a + value * ((length * (length + 1) >> 1) % 65521)) % 65521
+                adler_a = (adler_a + value * length) % 65521
+                at += length
                 continue
             # the run holding the source: the last one starting at or before it, looked for
             # from the previous match's (copies mostly move forward through the rows above)
