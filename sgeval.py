@@ -1708,6 +1708,65 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P
     return done
 
 
+def _inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P5):
+    """inflate_pages with this process's buffers."""
+    return inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P5,
+                         _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
+                         _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
+                         _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
+
+
+# The run decoder takes some 6 s to compile. When the JIT cache does not hold it, evaluate()
+# compiles it in a child process while it reads the GT and compiles the other kernels as they are
+# first used; until the child is done, load_pred_masks inflates 8-bit pages with zlib-ng (the same
+# masks). A pool of workers starts once the child is done, so the workers find it compiled.
+_WARM_UP = None  # (the child process compiling the decoder, the pid of its parent)
+
+
+def _jit_cached(kernel):
+    """Whether the JIT cache holds a compiled version of the kernel for the current source (read
+    as numba reads it); True when that cannot be known (no cache, or numba's internals changed)."""
+    try:
+        return not _JIT_CACHE or bool(kernel._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 numba internals; without them the kernel compiles when first used
+        return True
+
+
+def _warm_decoder():
+    """Compile the run decoder (into the JIT cache) by decoding a small 8-bit deflate page through
+    the call load_pred_masks makes."""
+    data = zlib.compress(bytes(64))
+    _inflate_pages(np.frombuffer(data, np.uint8), np.array([[8, 8, 8, 8, 8]], np.int64),
+                   np.array([[0, len(data)]], np.int64), np.array([0, 1], np.int64), np.ones(1, bool),
+                   np.zeros((1, 1), np.uint64).view(np.uint8), np.empty((1, 5), np.int64))
+
+
+def _start_warm_up():
+    global _WARM_UP
+    if _WARM_UP is None and not _jit_cached(inflate_pages):
+        methods = multiprocessing.get_all_start_methods()
+        process = multiprocessing.get_context("fork" if "fork" in methods else "spawn").Process(
+            target=_warm_decoder, name="sgeval-jit-warm-up")
+        process.start()
+        _WARM_UP = process, os.getpid()
+
+
+def _decoder_ready():
+    """False while the decoder's warm-up that this process started is still running."""
+    if _WARM_UP is not None and _WARM_UP[1] == os.getpid() and _WARM_UP[0].is_alive():
+        return False
+    _await_warm_up()
+    return True
+
+
+def _await_warm_up():
+    """Wait for the decoder's warm-up (if this process started one that is still running)."""
+    global _WARM_UP
+    if _WARM_UP is not None and _WARM_UP[1] == os.getpid():
+        _WARM_UP[0].join()
+        _WARM_UP = None
+
+
 def _read_strips(data, page, strips, out, scratch):
     """Inflate one page's strips (zlib-ng, into buffers of the known size) and write its mask
     as packed bits into ``out``. 1-bit rows of whole bytes are the packed mask already: they are
@@ -1761,12 +1820,9 @@ def load_pred_masks(source, record, height, width, needed=None, out=None, boxes=
             if needed is not None:
                 use[:len(needed)] = needed[:len(pages)]
             box = np.empty((len(pages), 5), np.int64)
-            if (pages[:, 2] == 8).any():
-                done = inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, box,
-                                     _buffer("runs_start", 1 << 16, np.int64), _buffer("runs_value", 1 << 16),
-                                     _buffer("inflate_work", _Z_WORK_SIZE, np.int64),
-                                     _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
-            else:  # 1-bit pages only: all go the zlib-ng way (and the run decoder is not compiled)
+            if (pages[:, 2] == 8).any() and _decoder_ready():
+                done = _inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, box)
+            else:  # 1-bit pages only, or the decoder still compiling: all go the zlib-ng way
                 layers[:], done = 0, np.zeros(len(pages), bool)
             if not done[use].all():  # the other pages the usual way (which reports what is wrong)
                 scratch, strips, starts = _buffer("tiff_pixels", height * width), strips.tolist(), starts.tolist()
@@ -2429,6 +2485,7 @@ def _run(tasks, workers, batch=4):
         for slot, task in tasks:
             yield slot, _evaluate_image(task)
         return
+    _await_warm_up()  # the workers then find the decoder compiled
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with context.Pool(workers) as pool:
@@ -2462,6 +2519,15 @@ def evaluate(config, progress=None):
     """
     if not isinstance(config, Config):
         config = make_config(dict(config))
+    if config.gt_seg:  # mask mode: the run decoder may be needed (see _WARM_UP)
+        _start_warm_up()
+    try:
+        return _evaluate(config, progress)
+    finally:
+        _await_warm_up()
+
+
+def _evaluate(config, progress):
     mode = "mask" if config.gt_seg else "box"
     protocols = tuple(dict.fromkeys((config.protocol, *config.protocols)))
     gt = read_gt(config.gt, config.gt_seg)

@@ -2,14 +2,19 @@
 against zlib + np.packbits (the plain path), on hand-made, random and corrupted streams."""
 
 import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
 import zlib
 
 import imagecodecs
 import numpy as np
 import pytest
 import tifffile
-
-import sgeval
+from conftest import ROOT, sgeval, synth
 
 
 def run_arrays(capacity=1 << 12):
@@ -267,3 +272,111 @@ def test_pages_declined_by_inflate_runs_are_read_the_usual_way():
     corrupt[offset + count - 1] ^= 1  # page 1's checksum
     with pytest.raises(sgeval.SGEvalError, match="m.tiff: cannot read TIFF"):
         load(bytes(corrupt), 3, 30, 40)
+
+
+# --------------------------------------------------------------------------------- the decoder's warm-up
+
+
+class WarmUpChild:
+    """Stands in for the warm-up process: alive until told otherwise, joined when asked."""
+
+    def __init__(self):
+        self.alive, self.joined = True, False
+
+    def is_alive(self):
+        return self.alive
+
+    def join(self):
+        self.joined = True
+
+
+def test_pages_go_the_zlib_ng_way_while_the_decoder_compiles(monkeypatch):
+    """While this process's warm-up child compiles the decoder, 8-bit pages are inflated by
+    zlib-ng (the same masks, mask_boxes boxes); once the child has exited, it is joined and the
+    decoder takes over. A child started by another process (a pool worker's parent) is not waited for."""
+    rng = np.random.default_rng(8)
+    masks = (rng.random((3, 30, 40)) < 0.2).astype(np.uint8) * 255
+    data = tifffile_bytes(masks)
+    calls, decoder = [], sgeval._inflate_pages
+    monkeypatch.setattr(sgeval, "_inflate_pages", lambda *args: calls.append(1) or decoder(*args))
+    child = WarmUpChild()
+    monkeypatch.setattr(sgeval, "_WARM_UP", (child, os.getpid()))
+    words, boxes = load(data, 3, 30, 40, boxes=True)
+    assert not calls and not child.joined
+    np.testing.assert_array_equal(words, sgeval.pack_masks(masks))
+    np.testing.assert_array_equal(boxes, sgeval.mask_boxes(words, 40))
+    child.alive = False
+    words, boxes = load(data, 3, 30, 40, boxes=True)
+    assert calls == [1] and child.joined and sgeval._WARM_UP is None
+    np.testing.assert_array_equal(words, sgeval.pack_masks(masks))
+    np.testing.assert_array_equal(boxes, exact_boxes(masks))
+    other = WarmUpChild()
+    monkeypatch.setattr(sgeval, "_WARM_UP", (other, os.getpid() + 1))
+    load(data, 3, 30, 40)
+    assert calls == [1, 1] and not other.joined
+
+
+def eight_bit_copy(zip_in, zip_out):
+    """The prediction ZIP with its 1-bit mask pages written as 8-bit pages (SGBench's layout)."""
+    with zipfile.ZipFile(zip_in) as source, zipfile.ZipFile(zip_out, "w") as copy:
+        for name in source.namelist():
+            data = source.read(name)
+            if name.endswith(".tiff"):
+                pages = tifffile.TiffFile(io.BytesIO(data)).pages
+                data = tifffile_bytes(np.stack([page.asarray() for page in pages]).astype(np.uint8))
+            copy.writestr(name, data)
+    return str(zip_out)
+
+
+WARM_UP_RUN = """
+import json, sys, sgeval
+started, start = [], sgeval._start_warm_up
+def spy():
+    start()
+    started.append(sgeval._WARM_UP is not None)
+sgeval._start_warm_up = spy
+results = sgeval.evaluate(json.loads(sys.argv[1]))
+print(json.dumps({"started": started, "cached": sgeval._jit_cached(sgeval.inflate_pages),
+                  "signatures": len(sgeval.inflate_pages._cache._cache_file._load_index()),
+                  "metrics": results["metrics"]}))
+"""
+
+
+def test_a_first_run_compiles_the_decoder_in_a_child(tmp_path):
+    """With an empty JIT cache (a copy of sgeval.py in an empty directory) evaluate() starts the
+    warm-up child; the decoder is then cached under one signature, the one load_pred_masks uses
+    (a second would mean the child compiled another), and the results are those of a warm run.
+    With the cache filled, no child is started."""
+    rng = np.random.default_rng(9)
+    dataset = synth.make_dataset(rng, n_images=6, height=12, width=16, n_things=3, n_stuff=2, n_predicates=5)
+    predictions = synth.simulate_predictions(rng, dataset, with_masks=True)
+    config = {"gt": str(synth.write_gt(dataset, tmp_path / "gt")), "gt_seg": str(tmp_path / "gt" / "panoptic"),
+              "pred": eight_bit_copy(sgeval.write_predictions(tmp_path / "pred.zip", predictions), tmp_path / "8.zip")}
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(ROOT / "sgeval.py", copy)
+    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", WARM_UP_RUN, json.dumps(config)], cwd=copy, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    assert [run["started"] for run in runs] == [[True], [False]]
+    assert all(run["cached"] and run["signatures"] == 1 for run in runs)
+    expected = sgeval.evaluate(config)["metrics"]
+    assert runs[0]["metrics"] == runs[1]["metrics"] == expected
+    assert any(value not in (None, 0.0) for value in expected.values())
+
+
+def test_jit_cached_reads_the_cache_of_the_current_source(tmp_path):
+    """False for a kernel never compiled from this source, True once it is (numba's index)."""
+    shutil.copy(ROOT / "sgeval.py", tmp_path)
+    code = ("import numpy as np, sgeval\n"
+            "before = sgeval._jit_cached(sgeval.popcount64)\n"
+            "sgeval.popcount64(np.uint64(5))\n"
+            "print(before, sgeval._jit_cached(sgeval.popcount64))\n")
+    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+    outputs = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120).stdout.split() for _ in range(2)]
+    assert outputs == [["False", "True"], ["True", "True"]]
