@@ -1390,112 +1390,6 @@ def _huffman(work, lens_at, n, code_at):
     return 1 if left == 0 else 0
 
 
-@numba.njit(cache=_JIT_CACHE, inline="always")
-def _fill(buf, pos, end, bitbuf, bitcnt):
-    """Refill the bit buffer to at least 49 bits; past the end of the stream with zero bytes
-    (pos then runs past end, which the decoder checks before it trusts what it read)."""
-    while bitcnt <= 48:
-        bitbuf |= (np.int64(buf[pos]) if pos < end else 0) << bitcnt
-        pos += 1
-        bitcnt += 8
-    return pos, bitbuf, bitcnt
-
-
-@numba.njit(cache=_JIT_CACHE, inline="always")
-def _decode(bitbuf, work, code_at):
-    """One symbol of the canonical Huffman code at work[code_at:] from the bit buffer (at least
-    15 bits): by the lookup table, else bit by bit. Returns (symbol or -1, code length)."""
-    entry = work[code_at + 16 + 288 + (bitbuf & ((1 << _Z_TABLE_BITS) - 1))]
-    if entry:
-        return entry >> 4, entry & 15
-    count_at, symbol_at = code_at, code_at + 16
-    code = first = index = 0
-    for length in range(1, 16):
-        code |= (bitbuf >> (length - 1)) & 1
-        count = work[count_at + length]
-        if code - count < first:
-            return work[symbol_at + index + code - first], length
-        index += count
-        first = (first + count) << 1
-        code <<= 1
-    return -1, 0
-
-
-@numba.njit(cache=_JIT_CACHE, inline="always")
-def _emit(value, length, at, n_runs, run_start, run_value, out, base, box, width):
-    """Append ``length`` bytes of ``value`` at output position ``at`` to the run list; when the
-    value is not zero, set their bits in out (from bit base + at, most significant bit first) and
-    add them to box (pixel count, y0, y1, x0, x1 of the mask, width pixels wide). Returns the new
-    run count, -1 when the run list is full."""
-    if n_runs == 0 or run_value[n_runs - 1] != value:
-        if n_runs == run_start.shape[0]:
-            return -1
-        run_start[n_runs], run_value[n_runs] = at, value
-        n_runs += 1
-    i, stop = base + at, base + at + length
-    if value:
-        first, last = i // width, (stop - 1) // width
-        box[0] += length
-        box[1], box[2] = min(box[1], first), max(box[2], last)
-        if first == last:
-            box[3], box[4] = min(box[3], i - first * width), max(box[4], stop - 1 - first * width)
-        else:  # the run wraps around a row end: every column
-            box[3], box[4] = 0, width - 1
-        while i < stop and i & 7:
-            out[i >> 3] |= np.uint8(0x80 >> (i & 7))
-            i += 1
-        while i + 8 <= stop:
-            out[i >> 3] = 0xFF
-            i += 8
-        while i < stop:
-            out[i >> 3] |= np.uint8(0x80 >> (i & 7))
-            i += 1
-    return n_runs
-
-
-@numba.njit(cache=_JIT_CACHE)
-def _block_codes(buf, pos, end, bitbuf, bitcnt, work):
-    """The Huffman codes of a dynamic block, read after its 3 header bits: the literal/length and
-    distance codes, stored at _Z_LIT and _Z_DIST. Returns (False for an invalid or incomplete
-    code, pos, bitbuf, bitcnt)."""
-    lens, lengths, clen = np.int64(_Z_LENS), np.int64(_Z_WORK), np.int64(_Z_CLEN)  # not constants: see _Z_CODE
-    pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-    n_lit, n_dist, n_code = (bitbuf & 31) + 257, ((bitbuf >> 5) & 31) + 1, ((bitbuf >> 10) & 15) + 4
-    bitbuf, bitcnt = bitbuf >> 14, bitcnt - 14
-    if n_lit > 286 or n_dist > 30:
-        return False, pos, bitbuf, bitcnt
-    for k in range(19):
-        work[_Z_LENS + k] = 0
-    for k in range(n_code):
-        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-        work[_Z_LENS + _CODE_ORDER[k]] = bitbuf & 7
-        bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
-    if _huffman(work, lens, np.int64(19), clen) != 1:
-        return False, pos, bitbuf, bitcnt
-    k = 0
-    while k < n_lit + n_dist:  # the code lengths, coded by the code length code
-        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
-        symbol, used = _decode(bitbuf, work, clen)
-        if symbol < 0 or (symbol == 16 and k == 0):
-            return False, pos, bitbuf, bitcnt
-        bitbuf, bitcnt = bitbuf >> used, bitcnt - used
-        repeat, value = 1, symbol  # 16: 3-6 times the previous length; 17, 18: 3-10, 11-138 zeros
-        if symbol >= 16:
-            width = 2 if symbol == 16 else 3 if symbol == 17 else 7
-            repeat = (bitbuf & ((1 << width) - 1)) + (11 if symbol == 18 else 3)
-            bitbuf, bitcnt = bitbuf >> width, bitcnt - width
-            value = work[_Z_WORK + k - 1] if symbol == 16 else 0
-        if k + repeat > n_lit + n_dist:
-            return False, pos, bitbuf, bitcnt
-        for r in range(repeat):
-            work[_Z_WORK + k + r] = value
-        k += repeat
-    ok = (work[_Z_WORK + 256] != 0  # an end-of-block code
-          and _huffman(work, lengths, n_lit, np.int64(_Z_LIT)) == 1
-          and _huffman(work, lengths + n_lit, n_dist, np.int64(_Z_DIST)) == 1)
-    return ok, pos, bitbuf, bitcnt
-
-
 @numba.njit(cache=_JIT_CACHE)
 def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box, width):
     """Decode the zlib stream buf[pos:end] of ``size`` bytes of an 8-bit mask as runs of equal
@@ -1517,6 +1411,106 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
     if cmf & 15 != 8 or cmf >> 4 > 7 or (cmf * 256 + flg) % 31 or flg & 32:
         return 0
     pos += 2
+    # The helpers are closures over the arrays: numba counts a reference to an array passed as an
+    # argument (atomically) on every call of an inlined helper, which took a third of the time.
+
+    def fill(pos, bitbuf, bitcnt):
+        """Refill the bit buffer to at least 49 bits; past the end of the stream with zero bytes
+        (pos then runs past end, which the decoder checks before it trusts what it read)."""
+        while bitcnt <= 48:
+            bitbuf |= (np.int64(buf[pos]) if pos < end else 0) << bitcnt
+            pos += 1
+            bitcnt += 8
+        return pos, bitbuf, bitcnt
+
+    def decode(bitbuf, code_at):
+        """One symbol of the canonical Huffman code at work[code_at:] from the bit buffer (at
+        least 15 bits): by the lookup table, else bit by bit. Returns (symbol or -1, code length)."""
+        entry = work[code_at + 16 + 288 + (bitbuf & ((1 << _Z_TABLE_BITS) - 1))]
+        if entry:
+            return entry >> 4, entry & 15
+        count_at, symbol_at = code_at, code_at + 16
+        code = first = index = 0
+        for length in range(1, 16):
+            code |= (bitbuf >> (length - 1)) & 1
+            count = work[count_at + length]
+            if code - count < first:
+                return work[symbol_at + index + code - first], length
+            index += count
+            first = (first + count) << 1
+            code <<= 1
+        return -1, 0
+
+    def emit(value, length, at, n_runs):
+        """Append ``length`` bytes of ``value`` at output position ``at`` to the run list; when the
+        value is not zero, set their bits in out and add them to box. Returns the new run count, -1
+        when the run list is full."""
+        if n_runs == 0 or run_value[n_runs - 1] != value:
+            if n_runs == run_start.shape[0]:
+                return -1
+            run_start[n_runs], run_value[n_runs] = at, value
+            n_runs += 1
+        i, stop = base + at, base + at + length
+        if value:
+            first_row, last_row = i // width, (stop - 1) // width
+            box[0] += length
+            box[1], box[2] = min(box[1], first_row), max(box[2], last_row)
+            if first_row == last_row:
+                box[3], box[4] = min(box[3], i - first_row * width), max(box[4], stop - 1 - first_row * width)
+            else:  # the run wraps around a row end: every column
+                box[3], box[4] = 0, width - 1
+            while i < stop and i & 7:
+                out[i >> 3] |= np.uint8(0x80 >> (i & 7))
+                i += 1
+            while i + 8 <= stop:
+                out[i >> 3] = 0xFF
+                i += 8
+            while i < stop:
+                out[i >> 3] |= np.uint8(0x80 >> (i & 7))
+                i += 1
+        return n_runs
+
+    def block_codes(pos, bitbuf, bitcnt):
+        """The Huffman codes of a dynamic block, read after its 3 header bits: the literal/length
+        and distance codes, stored at _Z_LIT and _Z_DIST. Returns (False for an invalid or
+        incomplete code, pos, bitbuf, bitcnt)."""
+        lens, lengths, clen = np.int64(_Z_LENS), np.int64(_Z_WORK), np.int64(_Z_CLEN)  # see _Z_CODE
+        pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
+        n_lit, n_dist, n_code = (bitbuf & 31) + 257, ((bitbuf >> 5) & 31) + 1, ((bitbuf >> 10) & 15) + 4
+        bitbuf, bitcnt = bitbuf >> 14, bitcnt - 14
+        if n_lit > 286 or n_dist > 30:
+            return False, pos, bitbuf, bitcnt
+        for k in range(19):
+            work[_Z_LENS + k] = 0
+        for k in range(n_code):
+            pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
+            work[_Z_LENS + _CODE_ORDER[k]] = bitbuf & 7
+            bitbuf, bitcnt = bitbuf >> 3, bitcnt - 3
+        if _huffman(work, lens, np.int64(19), clen) != 1:
+            return False, pos, bitbuf, bitcnt
+        k = 0
+        while k < n_lit + n_dist:  # the code lengths, coded by the code length code
+            pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
+            symbol, used = decode(bitbuf, clen)
+            if symbol < 0 or (symbol == 16 and k == 0):
+                return False, pos, bitbuf, bitcnt
+            bitbuf, bitcnt = bitbuf >> used, bitcnt - used
+            repeat, value = 1, symbol  # 16: 3-6 times the previous length; 17, 18: 3-10, 11-138 zeros
+            if symbol >= 16:
+                bits = 2 if symbol == 16 else 3 if symbol == 17 else 7
+                repeat = (bitbuf & ((1 << bits) - 1)) + (11 if symbol == 18 else 3)
+                bitbuf, bitcnt = bitbuf >> bits, bitcnt - bits
+                value = work[_Z_WORK + k - 1] if symbol == 16 else 0
+            if k + repeat > n_lit + n_dist:
+                return False, pos, bitbuf, bitcnt
+            for r in range(repeat):
+                work[_Z_WORK + k + r] = value
+            k += repeat
+        ok = (work[_Z_WORK + 256] != 0  # an end-of-block code
+              and _huffman(work, lengths, n_lit, np.int64(_Z_LIT)) == 1
+              and _huffman(work, lengths + n_lit, n_dist, np.int64(_Z_DIST)) == 1)
+        return ok, pos, bitbuf, bitcnt
+
     # the offsets of the codes in work, as run-time values (see _Z_CODE)
     block_lit, block_dist, fixed_lit, fixed_dist = np.int64(_Z_LIT), np.int64(_Z_DIST), np.int64(_Z_FLIT), np.int64(_Z_FDIST)
     bitbuf = bitcnt = np.int64(0)
@@ -1524,7 +1518,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
     adler_a, adler_b = 1, 0
     last = 0
     while not last:
-        pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+        pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
         if pos - (bitcnt >> 3) > end:  # read past the stream's end
             return 0
         last, kind = bitbuf & 1, (bitbuf >> 1) & 3
@@ -1535,25 +1529,25 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
             lit, dist = fixed_lit, fixed_dist
         elif kind == 2:
             lit, dist = block_lit, block_dist
-            ok, pos, bitbuf, bitcnt = _block_codes(buf, pos, end, bitbuf, bitcnt, work)
+            ok, pos, bitbuf, bitcnt = block_codes(pos, bitbuf, bitcnt)
             if not ok:
                 return 0
         else:
             return 0
         while True:
             if bitcnt < 48:
-                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
                 if pos > end + 64:  # far past the end: the checks below would fail anyway
                     return 0
             start_bits, start_count = bitbuf, bitcnt
-            symbol, used = _decode(bitbuf, work, lit)
+            symbol, used = decode(bitbuf, lit)
             if symbol < 0:
                 return 0
             bitbuf, bitcnt = bitbuf >> used, bitcnt - used
             if symbol < 256:
                 if at >= size:
                     return 0
-                n_runs = _emit(symbol, 1, at, n_runs, run_start, run_value, out, base, box, width)
+                n_runs = emit(symbol, 1, at, n_runs)
                 if n_runs < 0:
                     return 0
                 adler_a = (adler_a + symbol) % 65521
@@ -1568,7 +1562,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
             extra = _LENGTH_EXTRA[symbol]  # at most 5 + 15 + 13 bits follow: the buffer holds them
             length = _LENGTH_BASE[symbol] + (bitbuf & ((1 << extra) - 1))
             bitbuf, bitcnt = bitbuf >> extra, bitcnt - extra
-            symbol, used = _decode(bitbuf, work, dist)
+            symbol, used = decode(bitbuf, dist)
             if symbol < 0 or symbol >= 30:
                 return 0
             bitbuf, bitcnt = bitbuf >> used, bitcnt - used
@@ -1584,14 +1578,14 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
             code, mask = start_bits & ((1 << used) - 1), (1 << used) - 1
             total = length
             if bitcnt < 48:
-                pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
             many = 48 // used if bitbuf & mask == code else 0  # repeats compared at once (none: no repeat)
             codes, many_mask = code, mask
             for r in range(1, many):
                 codes, many_mask = codes | code << (r * used), many_mask | mask << (r * used)
             while many:
                 if bitcnt < 48:
-                    pos, bitbuf, bitcnt = _fill(buf, pos, end, bitbuf, bitcnt)
+                    pos, bitbuf, bitcnt = fill(pos, bitbuf, bitcnt)
                 if bitbuf & many_mask == codes and at + total + many * length <= size:
                     bitbuf, bitcnt = bitbuf >> (many * used), bitcnt - many * used
                     total += many * length
@@ -1603,7 +1597,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
             length, source = total, at - distance
             if source >= run_start[n_runs - 1]:  # within the last run: the run grows by length
                 value = run_value[n_runs - 1]
-                n_runs = _emit(value, length, at, n_runs, run_start, run_value, out, base, box, width)
+                n_runs = emit(value, length, at, n_runs)
                 adler_b = (adler_b + length % 65521 * adler_a + value * ((length * (length + 1) >> 1) % 65521)) % 65521
                 adler_a = (adler_a + value * length) % 65521
                 at += length
@@ -1626,7 +1620,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
                 # the source's run ends at the next run's start; the last run grows with the copy
                 piece = length if j == n_runs - 1 else min(length, run_start[j + 1] - source)
                 value = run_value[j]
-                n_runs = _emit(value, piece, at, n_runs, run_start, run_value, out, base, box, width)
+                n_runs = emit(value, piece, at, n_runs)
                 if n_runs < 0:
                     return 0
                 adler_b = (adler_b + piece % 65521 * adler_a + value * ((piece * (piece + 1) >> 1) % 65521)) % 65521
