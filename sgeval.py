@@ -1373,8 +1373,12 @@ def _huffman(work, lens_at, n, code_at):
         if length:
             work[symbol_at + work[_Z_OFFS + length]] = s
             work[_Z_OFFS + length] += 1
-    # the lookup table: every code of up to _Z_TABLE_BITS bits, bit-reversed (the stream's order)
-    for k in range(1 << _Z_TABLE_BITS):
+    # the lookup table: every code of up to _Z_TABLE_BITS bits, bit-reversed (the stream's order);
+    # entries that no such code fills (longer codes or none) are 0
+    filled = 0
+    for length in range(1, _Z_TABLE_BITS + 1):
+        filled += work[count_at + length] << (_Z_TABLE_BITS - length)
+    for k in range(1 << _Z_TABLE_BITS if filled < 1 << _Z_TABLE_BITS else 0):
         work[table_at + k] = 0
     code = index = 0
     for length in range(1, _Z_TABLE_BITS + 1):
