@@ -2035,13 +2035,14 @@ def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pi
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
     and absorbs every later instance with IoU >= threshold. Returns node_of (P,) (-1 = dropped),
     the node's own instance (N,), and the node masks (N, W) = the pixels each node claimed, in
-    the first N rows of node_bits_PW (an array of the shape of bits_PW; its contents are ignored).
+    the first N rows of node_bits_PW (an array of the shape of bits_PW; its contents are ignored),
+    or, when node_bits_PW has no rows, not kept (node_bits_PW is returned as it is).
     box_P5: mask_boxes of the masks (of the given width): only their rows' words are visited."""
     n_pred = iou_PP.shape[0]
     node_of, source = np.full(n_pred, -1, np.int64), np.full(n_pred, -1, np.int64)
     absorbed = np.zeros(n_pred, np.bool_)
     claimed = np.zeros(bits_PW.shape[1], np.uint64)
-    node_bits = node_bits_PW
+    node_bits, keep = node_bits_PW, node_bits_PW.shape[0] > 0
     n_nodes = 0
     for rank in range(n_pred):
         i = order_P[rank]
@@ -2054,14 +2055,16 @@ def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pi
                 start = (box_P5[i, 1] * width) >> 6
                 stop = min(((box_P5[i, 2] + 1) * width + 63) >> 6, bits_PW.shape[1])
             for w in range(start, stop):
-                node_bits[n_nodes, w] = bits_PW[i, w] & ~claimed[w]
+                word = bits_PW[i, w] & ~claimed[w]
                 claimed[w] |= bits_PW[i, w]
-                free += popcount64(node_bits[n_nodes, w])
+                free += popcount64(word)
+                if keep:
+                    node_bits[n_nodes, w] = word
             if free == 0:
                 continue
-        for w in range(start):
+        for w in range(start if keep else 0):
             node_bits[n_nodes, w] = 0
-        for w in range(stop, bits_PW.shape[1]):
+        for w in range(stop, bits_PW.shape[1] if keep else 0):
             node_bits[n_nodes, w] = 0
         node_of[i], source[n_nodes] = n_nodes, i
         for later in range(rank + 1, n_pred):
@@ -2069,7 +2072,7 @@ def merge_instances(iou_PP, bits_PW, box_P5, width, order_P, threshold, claim_pi
             if not absorbed[j] and iou_PP[i, j] >= threshold:
                 absorbed[j], node_of[j] = True, n_nodes
         n_nodes += 1
-    return node_of, source[:n_nodes], node_bits[:n_nodes]
+    return node_of, source[:n_nodes], node_bits[:n_nodes] if keep else node_bits
 
 
 @numba.njit(cache=_JIT_CACHE)
@@ -2377,9 +2380,10 @@ def _evaluate_image(task):
         no_category = np.zeros(len(pred.categories), np.int64)
         iou_pp, bits = box_iou(pred.boxes, no_category, pred.boxes, no_category), np.zeros((len(iou), 0), np.uint64)
         boxes = mask_boxes(bits, gt.width)
+    node_rows = len(bits) if "singlempo" in protocols else 0  # node masks: only SingleMPO matches them
     node_of, source_of_node, node_bits = merge_instances(iou_pp, bits, boxes, gt.width, merge_order(pred), MERGE_IOU,
                                                          mode == "mask", _buffer("node_bits", bits.size, np.uint64)
-                                                         .reshape(bits.shape))
+                                                         [:node_rows * bits.shape[1]].reshape(node_rows, bits.shape[1]))
     merged_T = remap_to_nodes(pred.triplets, node_of)
     if "singlempo" in protocols:
         node_categories = pred.categories[source_of_node]

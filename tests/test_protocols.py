@@ -89,6 +89,11 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
                     np.testing.assert_array_equal(a, b)
             assert fast[0][6] == (-1 if claim else fast[0][6])  # the empty mask is dropped
             assert fast[2].any() == claim  # node masks: the claimed pixels, none without claiming
+            unkept = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim,
+                                            np.zeros((0, bits.shape[1]), np.uint64))  # node masks not kept
+            np.testing.assert_array_equal(unkept[0], fast[0])
+            np.testing.assert_array_equal(unkept[1], fast[1])
+            assert unkept[2].shape == (0, bits.shape[1])
 
 
 def protocol_case(tmp_path, scores=SCORES, **config):
