@@ -715,17 +715,30 @@ def int_rows(text_N, pos, width):
     else (a row of another length, a fraction or exponent, a leading zero, more than 18 digits,
     not JSON) and -2 when the text ends first: the caller's JSON decoder then reads it."""
     n, values, count = text_N.shape[0], np.empty(1024, np.int64), 0
-    i, state, column = pos + 1, 1, 0  # after: 1 the list's '[', 2 a row's '[' or ',', 3 a value, 4 a row, 5 ','
-    while i < n:
-        char = text_N[i]
-        if char == 32 or char == 9 or char == 10 or char == 13:  # blanks
+
+    def blank(i):  # the position of the next character that is not a blank (n at the end)
+        while i < n and (text_N[i] == 32 or text_N[i] == 9 or text_N[i] == 10 or text_N[i] == 13):
             i += 1
-        elif state == 2:
-            sign, value, digits, start = 1, 0, 0, i
-            if char == 45:  # '-'
+        return i
+
+    i = blank(pos + 1)
+    if i < n and text_N[i] == 93:  # ']': the list is empty
+        return values, 0, i + 1
+    while True:  # at a row's '['
+        if i >= n:
+            return values, 0, -2
+        if text_N[i] != 91:
+            return values, 0, -1
+        i += 1
+        for column in range(width):
+            i = blank(i)
+            sign, start = 1, i
+            if i < n and text_N[i] == 45:  # '-'
                 sign, i, start = -1, i + 1, i + 1
-            while i < n and 48 <= text_N[i] <= 57 and digits < 19:
-                value, digits, i = value * 10 + (int(text_N[i]) - 48), digits + 1, i + 1
+            value = 0
+            while i < n and 48 <= text_N[i] <= 57 and i - start < 19:
+                value, i = value * 10 + (np.int64(text_N[i]) - 48), i + 1
+            digits = i - start
             if i >= n:
                 return values, 0, -2
             if digits == 0 or digits > 18 or digits > 1 and text_N[start] == 48 or text_N[i] == 46 \
@@ -733,23 +746,23 @@ def int_rows(text_N, pos, width):
                 return values, 0, -1
             if count == values.shape[0]:
                 grown = np.empty(2 * count, np.int64)
-                for k in range(count):
-                    grown[k] = values[k]
+                grown[:count] = values
                 values = grown
-            values[count], count, column, state = sign * value, count + 1, column + 1, 3
-        elif state == 3 and char == 44:  # ',' within a row (a row too long fails at its ']')
-            state, i = 2, i + 1
-        elif state == 3 and char == 93 and column == width:  # ']' ends a full row
-            state, i = 4, i + 1
-        elif (state == 1 or state == 4) and char == 93:  # ']' ends the list
+            values[count], count = sign * value, count + 1
+            i = blank(i)
+            if i >= n:
+                return values, 0, -2
+            if text_N[i] != (44 if column < width - 1 else 93):  # ',' between values, ']' after the last
+                return values, 0, -1
+            i += 1
+        i = blank(i)
+        if i >= n:
+            return values, 0, -2
+        if text_N[i] == 93:  # ']' ends the list
             return values, count, i + 1
-        elif state == 4 and char == 44:  # ',' between rows
-            state, i = 5, i + 1
-        elif (state == 1 or state == 5) and char == 91:  # '[' starts a row
-            state, column, i = 2, 0, i + 1
-        else:
+        if text_N[i] != 44:  # ',' between rows
             return values, 0, -1
-    return values, 0, -2
+        i = blank(i + 1)
 
 
 class _JSONStream:
