@@ -2492,10 +2492,12 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 # ---------------------------------------------------------------------------------------------
 
 
-def _run(tasks, workers, batch=4):
+def _run(tasks, workers, batch=16):
     """Evaluate (slot, task) pairs as they come; yields (slot, result) in task order. With
     workers > 1 a pool evaluates batches of tasks, at most 2 batches per worker ahead of the
-    caller (bounded memory)."""
+    caller (bounded memory). Batches of 16 rather than 4: the pool's threads that send tasks and
+    receive results share the GIL with the caller reading predictions, and each hand-over can
+    keep the workers waiting (2,177 images, W=2: some 0.3 s less)."""
     if workers <= 1:
         for slot, task in tasks:
             yield slot, _evaluate_image(task)
