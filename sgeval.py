@@ -1399,8 +1399,9 @@ def _huffman(work, lens_at, n, code_at):
             reverse = 0
             for b in range(length):
                 reverse |= ((code >> b) & 1) << (length - 1 - b)
+            entry, at = work[symbol_at + index] << 4 | length, table_at + reverse
             for high in range(0, 1 << _Z_TABLE_BITS, 1 << length):
-                work[table_at + (reverse | high)] = work[symbol_at + index] << 4 | length
+                work[at + high] = entry
             code += 1
             index += 1
         code <<= 1
