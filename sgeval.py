@@ -1477,15 +1477,7 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
                 box[3], box[4] = min(box[3], i - first_row * width), max(box[4], stop - 1 - first_row * width)
             else:  # the run wraps around a row end: every column
                 box[3], box[4] = 0, width - 1
-            while i < stop and i & 7:
-                out[i >> 3] |= np.uint8(0x80 >> (i & 7))
-                i += 1
-            while i + 8 <= stop:
-                out[i >> 3] = 0xFF
-                i += 8
-            while i < stop:
-                out[i >> 3] |= np.uint8(0x80 >> (i & 7))
-                i += 1
+            _set_bits(out, i, stop)
         return n_runs
 
     def block_codes(pos, bitbuf, bitcnt):
