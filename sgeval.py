@@ -1647,6 +1647,9 @@ def inflate_runs(buf, pos, end, size, out, base, run_start, run_value, work, box
     return n_runs if check == (adler_b << 16 | adler_a) else 0
 
 
+_EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
+
+
 @numba.njit(cache=_JIT_CACHE)
 def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P5, run_start, run_value, work, zeros):
     """Decode deflate TIFF pages (tiff_layout's tables of the file buf) straight into packed
@@ -1670,7 +1673,7 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P
     for p in range(pages_P5.shape[0]):
         for i in range(layers_PB.shape[1]):
             layers_PB[p, i] = 0
-        boxes_P5[p, 0], boxes_P5[p, 1], boxes_P5[p, 2], boxes_P5[p, 3], boxes_P5[p, 4] = 0, 1 << 62, -1, 1 << 62, -1
+        boxes_P5[p] = _EMPTY_BOX
         width, height, bits, compression, rows_per_strip = pages_P5[p]
         if not use_P[p] or compression == 1 or bits != 8:
             continue
@@ -1700,7 +1703,7 @@ def inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_P
                 done[p] = False
                 for i in range(layers_PB.shape[1]):
                     layers_PB[p, i] = 0
-                boxes_P5[p, 0], boxes_P5[p, 1], boxes_P5[p, 2], boxes_P5[p, 3], boxes_P5[p, 4] = 0, 1 << 62, -1, 1 << 62, -1
+                boxes_P5[p] = _EMPTY_BOX
                 break
             if n_runs == 1 and run_value[0] == 0 and count <= zeros.shape[1] - 2:  # remember it, oldest out
                 for k in range(zeros.shape[0] - 1, 0, -1):
@@ -1963,7 +1966,7 @@ def mask_boxes(bits_NW, width):
     may be larger than the masks (never smaller); they only prune the IoU work."""
     boxes = np.zeros((bits_NW.shape[0], 5), np.int64)
     for n in range(bits_NW.shape[0]):
-        area, y0, y1, x0, x1 = 0, 1 << 62, -1, 1 << 62, -1
+        area, y0, y1, x0, x1 = _EMPTY_BOX
         for w in range(bits_NW.shape[1]):
             word = bits_NW[n, w]
             if word:
