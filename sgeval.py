@@ -703,7 +703,7 @@ def _box_array(boxes):
     """(P, 4) float64 when every box is a list of at least four JSON numbers, else None."""
     if not _types(boxes) <= {list} or min(map(len, boxes), default=4) < 4:
         return None
-    values = list(itertools.chain.from_iterable(boxes if set(map(len, boxes)) <= {4} else (b[:4] for b in boxes)))
+    values = list(itertools.chain.from_iterable(box[:4] for box in boxes))
     return np.array(values, np.float64).reshape(-1, 4) if set(map(type, values)) <= {int, float} else None
 
 
@@ -1723,7 +1723,7 @@ def _inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_
                          _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
 
 
-# The run decoder takes some 6 s to compile. When the JIT cache does not hold it, evaluate()
+# The run decoder takes some 7 s to compile. When the JIT cache does not hold it, evaluate()
 # compiles it in a child process while it reads the GT and compiles the other kernels as they are
 # first used; until the child is done, load_pred_masks inflates 8-bit pages with zlib-ng (the same
 # masks). A pool of workers starts once the child is done, so the workers find it compiled.
