@@ -1723,10 +1723,11 @@ def _inflate_pages(buf, pages_P5, strips_S2, starts_P1, use_P, layers_PB, boxes_
                          _buffer("zero_streams", 4 * 1026, np.int64, np.zeros).reshape(4, 1026))
 
 
-# The run decoder takes some 7 s to compile. When the JIT cache does not hold it, evaluate()
-# compiles it in a child process while it reads the GT and compiles the other kernels as they are
-# first used; until the child is done, load_pred_masks inflates 8-bit pages with zlib-ng (the same
-# masks). A pool of workers starts once the child is done, so the workers find it compiled.
+# The run decoder takes some 7 s to compile. When the JIT cache does not hold it and the
+# prediction's masks are 8-bit (_has_8bit_masks), evaluate() compiles it in a child process while
+# it reads the GT and compiles the other kernels as they are first used; until the child is done,
+# load_pred_masks inflates 8-bit pages with zlib-ng (the same masks). A pool of workers starts once
+# the child is done, so the workers find it compiled. 1-bit masks never need the decoder.
 _WARM_UP = None  # (the child process compiling the decoder, the pid of its parent)
 
 
@@ -1748,9 +1749,29 @@ def _warm_decoder():
                    np.zeros((1, 1), np.uint64).view(np.uint8), np.empty((1, 5), np.int64))
 
 
-def _start_warm_up():
+def _has_8bit_masks(pred_path):
+    """Whether the first TIFF (by name) of a prediction holds 8-bit pages: a guess at whether the run
+    decoder will be used. False when there is no TIFF or it cannot be read (the evaluation reports why)."""
+    source = PredSource(pred_path)
+    try:
+        if source.kind == "zip":
+            names = source.members()
+        else:
+            names = os.listdir(source.path if source.kind == "dir" else os.path.dirname(source.path) or ".")
+        tiffs = sorted(name for name in names if name.lower().endswith((".tif", ".tiff")))
+        if not tiffs:
+            return False
+        with tifffile.TiffFile(io.BytesIO(source.read(tiffs[0]))) as tiff:
+            return tiff.pages[0].bitspersample == 8
+    except Exception:  # noqa: BLE001 only a guess: reading the prediction reports what is wrong with it
+        return False
+    finally:
+        source.close()
+
+
+def _start_warm_up(pred_path):
     global _WARM_UP
-    if _WARM_UP is None and not _jit_cached(inflate_pages):
+    if _WARM_UP is None and not _jit_cached(inflate_pages) and _has_8bit_masks(pred_path):
         methods = multiprocessing.get_all_start_methods()
         process = multiprocessing.get_context("fork" if "fork" in methods else "spawn").Process(
             target=_warm_decoder, name="sgeval-jit-warm-up")
@@ -2533,7 +2554,7 @@ def evaluate(config, progress=None):
     if not isinstance(config, Config):
         config = make_config(dict(config))
     if config.gt_seg:  # mask mode: the run decoder may be needed (see _WARM_UP)
-        _start_warm_up()
+        _start_warm_up(config.pred)
     try:
         return _evaluate(config, progress)
     finally:

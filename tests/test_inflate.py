@@ -331,8 +331,8 @@ def eight_bit_copy(zip_in, zip_out):
 WARM_UP_RUN = """
 import json, sys, sgeval
 started, start = [], sgeval._start_warm_up
-def spy():
-    start()
+def spy(*args):
+    start(*args)
     started.append(sgeval._WARM_UP is not None)
 sgeval._start_warm_up = spy
 results = sgeval.evaluate(json.loads(sys.argv[1]))
@@ -367,6 +367,46 @@ def test_a_first_run_compiles_the_decoder_in_a_child(tmp_path):
     expected = sgeval.evaluate(config)["metrics"]
     assert runs[0]["metrics"] == runs[1]["metrics"] == expected
     assert any(value not in (None, 0.0) for value in expected.values())
+
+
+def write_zip(path, members):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+def test_has_8bit_masks_looks_at_the_first_tiff_by_name(tmp_path):
+    """The warm-up is started for 8-bit masks only; the guess reads the first TIFF by name of a
+    ZIP, a directory or the directory of a triplets.json, and is False when it cannot be read."""
+    masks = np.zeros((2, 6, 8), np.uint8)
+    masks[:, 1:3, 2:5] = 1
+    eight, one = tifffile_bytes(masks * 255), tifffile_bytes(masks.astype(bool))
+    assert tifffile.TiffFile(io.BytesIO(one)).pages[0].bitspersample == 1
+    cases = {"8.zip": {"triplets.json": b"{}", "b.tiff": eight}, "1.zip": {"a.tiff": one, "b.tiff": one},
+             "mixed.zip": {"b.tiff": eight, "a.tiff": one}, "mixed8.zip": {"a.TIF": eight, "b.tiff": one},
+             "corrupt.zip": {"a.tiff": eight[:20]}, "none.zip": {"triplets.json": b"{}"}}
+    found = {name: sgeval._has_8bit_masks(write_zip(tmp_path / name, members)) for name, members in cases.items()}
+    assert found == {"8.zip": True, "1.zip": False, "mixed.zip": False, "mixed8.zip": True, "corrupt.zip": False,
+                     "none.zip": False}
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "triplets.json").write_bytes(b"{}")
+    assert not sgeval._has_8bit_masks(folder)
+    (folder / "1.tif").write_bytes(eight)
+    assert sgeval._has_8bit_masks(folder) and sgeval._has_8bit_masks(folder / "triplets.json")
+    (folder / "0.tiff").write_bytes(one)
+    assert not sgeval._has_8bit_masks(folder) and not sgeval._has_8bit_masks(folder / "triplets.json")
+    assert not sgeval._has_8bit_masks(tmp_path / "missing.zip")
+
+
+def test_no_warm_up_for_1bit_masks(tmp_path, monkeypatch):
+    """With the decoder not cached, 1-bit masks (which never use it) start no warm-up child."""
+    masks = np.ones((1, 4, 8), bool)
+    monkeypatch.setattr(sgeval, "_jit_cached", lambda kernel: False)
+    monkeypatch.setattr(sgeval, "_WARM_UP", None)
+    sgeval._start_warm_up(write_zip(tmp_path / "1.zip", {"0.tiff": tifffile_bytes(masks)}))
+    assert sgeval._WARM_UP is None
 
 
 def test_jit_cached_reads_the_cache_of_the_current_source(tmp_path):
