@@ -215,6 +215,14 @@ def commands(data, sgbench_python, workers, output):
     }
 
 
+def run_order(run):
+    """The order of the commands in one run: each sgeval row next to its floor ((b) with (d), (c)
+    with (e)), the two swapped every other run so that a drift of the machine's speed during a run
+    biases neither; SGBench, by far the longest, last."""
+    pairs = [("b", "d"), ("c", "e")] if run % 2 else [("d", "b"), ("e", "c")]
+    return [tool for pair in pairs for tool in pair] + ["f", "g", "a"]
+
+
 def parse_sgbench(stdout):
     values = {}
     for line in stdout.splitlines():
@@ -286,7 +294,9 @@ def run_benchmark(n_images, runs, worker_counts, generation_workers):
         outputs = {}
         for run in range(1, runs + 1):
             for workers in worker_counts:
-                for tool, command in commands(data, sgbench_python, workers, output).items():
+                todo = commands(data, sgbench_python, workers, output)
+                for tool in run_order(run):
+                    command = todo[tool]
                     version = sgeval_sha256() if tool in "bcf" else None  # sgeval.py may be edited meanwhile
                     sample = measure(command, env)
                     if version:

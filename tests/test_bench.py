@@ -95,3 +95,15 @@ def test_decode_floor_inflates_the_png_image_data(workload):
     rows = np.frombuffer(decode_floor.INFLATERS["zlibng"](stream, size), np.uint8)
     height, width = np.asarray(Image.open(path)).shape[:2]
     assert len(rows) == size == height * (1 + 3 * width)  # a filter byte and RGB per row
+
+
+def test_every_run_measures_every_command_once_pairs_adjacent():
+    """run_order: all commands once per run, (b) beside (d) and (c) beside (e) in alternating
+    order, SGBench last."""
+    import run  # noqa: PLC0415 bench/run.py, only its order here
+    odd, even = run.run_order(1), run.run_order(2)
+    assert sorted(odd) == sorted(even) == sorted(run.TOOLS)
+    for order in (odd, even):
+        assert abs(order.index("b") - order.index("d")) == 1 and abs(order.index("c") - order.index("e")) == 1
+        assert order[-1] == "a"
+    assert odd.index("b") < odd.index("d") and even.index("d") < even.index("b")
