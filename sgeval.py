@@ -1797,8 +1797,9 @@ def _await_warm_up():
 
 def _read_strips(data, page, strips, out, scratch):
     """Inflate one page's strips (zlib-ng, into buffers of the known size) and write its mask
-    as packed bits into ``out``. 1-bit rows of whole bytes are the packed mask already: they are
-    inflated straight into ``out``; other pages go through ``scratch``."""
+    as packed bits into ``out`` (all of it: the bytes after the mask are zeroed). 1-bit rows of
+    whole bytes are the packed mask already: they are inflated straight into ``out``; other pages
+    go through ``scratch``."""
     width, height, bits, compression, rows_per_strip = page
     row = -(-width // 8) if bits == 1 else width
     size, step = row * height, rows_per_strip * row
@@ -1818,8 +1819,10 @@ def _read_strips(data, page, strips, out, scratch):
     elif bits == 8:
         packed = np.packbits(pixels)  # packs every non-zero byte as 1
     else:
+        out[size:] = 0
         return
     out[: len(packed)] = packed
+    out[len(packed):] = 0
 
 
 def load_pred_masks(source, record, height, width, needed=None, out=None, boxes=False):
@@ -1843,7 +1846,7 @@ def load_pred_masks(source, record, height, width, needed=None, out=None, boxes=
                 words = out[: shape[0] * shape[1]].reshape(shape)
             else:
                 words = np.empty(shape, np.uint64)
-            layers = words.view(np.uint8)  # zeroed below
+            layers = words.view(np.uint8)  # every page written below
             use = np.ones(len(pages), bool)
             if needed is not None:
                 use[:len(needed)] = needed[:len(pages)]
@@ -1851,13 +1854,15 @@ def load_pred_masks(source, record, height, width, needed=None, out=None, boxes=
             if (pages[:, 2] == 8).any() and _decoder_ready():
                 done = _inflate_pages(np.frombuffer(data, np.uint8), pages, strips, starts, use, layers, box)
             else:  # 1-bit pages only, or the decoder still compiling: all go the zlib-ng way
-                layers[:], done = 0, np.zeros(len(pages), bool)
+                layers[~use], done = 0, np.zeros(len(pages), bool)
             if not done[use].all():  # the other pages the usual way (which reports what is wrong)
                 scratch, strips, starts = _buffer("tiff_pixels", height * width), strips.tolist(), starts.tolist()
                 for index in np.flatnonzero(use & ~done).tolist():
                     _read_strips(data, pages[index].tolist(), strips[starts[index]:starts[index + 1]], layers[index],
                                  scratch)
-            if boxes and not done.all():
+            if boxes and not done.any():
+                box = mask_boxes(words, width)
+            elif boxes and not done.all():
                 box[~done] = mask_boxes(words[~done], width)
         else:
             words = pack_masks(_tifffile_layers(data, height, width, where))

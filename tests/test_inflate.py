@@ -191,7 +191,7 @@ def test_declined_streams():
     assert decode(zlib.compress(alternating), 40, capacity=39)[0] == 0  # run list full
 
 
-def load(data, n_pages, height, width, boxes=False):
+def load(data, n_pages, height, width, boxes=False, needed=None, out=None):
     record = sgeval.PredImage("1", np.zeros(n_pages, np.int64), None, None, None, None, "m.tiff")
 
     class Source:
@@ -200,7 +200,28 @@ def load(data, n_pages, height, width, boxes=False):
         def read(self, name):
             return data
 
-    return sgeval.load_pred_masks(Source(), record, height, width, boxes=boxes)
+    return sgeval.load_pred_masks(Source(), record, height, width, boxes=boxes, needed=needed, out=out)
+
+
+@pytest.mark.parametrize("bits, width", [(1, 40), (1, 37), (8, 37)])
+@pytest.mark.parametrize("decoder", [True, False])
+def test_a_reused_buffer_holds_only_the_masks(monkeypatch, bits, width, decoder):
+    """Masks written into a reused buffer full of stale bits: every page is written in full (its
+    tail bits after the mask too) and pages not needed are empty, with or without the decoder."""
+    rng = np.random.default_rng(bits * width + decoder)
+    masks = rng.random((4, 9, width)) < 0.3
+    data = tifffile_bytes(masks if bits == 1 else masks.astype(np.uint8) * 255)
+    if not decoder:
+        monkeypatch.setattr(sgeval, "_decoder_ready", lambda: False)
+    needed = np.array([True, False, True, True])
+    out = np.full(4 * -(-9 * width // 64), np.uint64(2**64 - 1))
+    words, boxes = load(data, 4, 9, width, boxes=True, needed=needed, out=out)
+    expected = sgeval.pack_masks(masks & needed[:, None, None])
+    np.testing.assert_array_equal(words, expected)
+    exact = exact_boxes(masks[needed])  # the boxes may be larger, never smaller
+    assert (boxes[needed, 0] == exact[:, 0]).all() and (boxes[needed, 1::2] <= exact[:, 1::2]).all()
+    assert (boxes[needed, 2::2] >= exact[:, 2::2]).all()
+    assert (boxes[~needed, 0] == 0).all() and (boxes[~needed, 1] > boxes[~needed, 2]).all()
 
 
 def layout_and_buffers(data, n_pages, words):
