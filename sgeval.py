@@ -2525,6 +2525,7 @@ def _run(tasks, workers, batch=16):
             yield slot, _evaluate_image(task)
         return
     _await_warm_up()  # the workers then find the decoder compiled
+    popcount64(np.uint64(0))  # numba's compiler set up before the workers fork: they inherit it (some 0.2 s each)
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with context.Pool(workers) as pool:
