@@ -594,6 +594,7 @@ class PredSource:
     def __init__(self, path):
         self.path = str(path)
         self.kind = "zip" if zipfile.is_zipfile(self.path) else "dir" if os.path.isdir(self.path) else "json"
+        self.folder = self.path if self.kind == "dir" else os.path.dirname(self.path)  # of the files
         self._zip = None
 
     def read(self, name):
@@ -606,7 +607,7 @@ class PredSource:
             if self._zip is None:
                 self._zip = zipfile.ZipFile(self.path)
             return self._zip.open(name)
-        return open(os.path.join(self.path if self.kind == "dir" else os.path.dirname(self.path), name), "rb")
+        return open(os.path.join(self.folder, name), "rb")
 
     def members(self):
         """Names available to read (zip members / files under the directory), or None."""
@@ -1754,10 +1755,7 @@ def _has_8bit_masks(pred_path):
     decoder will be used. False when there is no TIFF or it cannot be read (the evaluation reports why)."""
     source = PredSource(pred_path)
     try:
-        if source.kind == "zip":
-            names = source.members()
-        else:
-            names = os.listdir(source.path if source.kind == "dir" else os.path.dirname(source.path) or ".")
+        names = source.members() if source.kind == "zip" else os.listdir(source.folder or ".")
         tiffs = sorted(name for name in names if name.lower().endswith((".tif", ".tiff")))
         if not tiffs:
             return False
