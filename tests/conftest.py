@@ -2,6 +2,7 @@
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,11 @@ def write_train_gt(path, images):
              "relations": [list(r) for r in relations]} for index, (cats, relations) in enumerate(images)]
     path.write_text(json.dumps({"data": data, "test_image_ids": []}))
     return path
+
+
+def write_zip(path, members):
+    """A ZIP holding members = {name: bytes}; returns its path as a string."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    return str(path)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tifffile
 from click.testing import CliRunner
-from conftest import cells, gt_image, pred_image, sgeval, write_case, write_train_gt
+from conftest import cells, gt_image, pred_image, sgeval, write_case, write_train_gt, write_zip
 from PIL import Image
 from test_formats import rewrite_json
 
@@ -94,9 +94,7 @@ def edit_zip(path, members):
             del content[name]
         else:
             content[name] = payload
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, payload in content.items():
-            archive.writestr(name, payload)
+    write_zip(path, content)
 
 
 def tiff_bytes(masks):

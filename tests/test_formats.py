@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import cells, gt_image, pred_image, sgeval, write_case
+from conftest import cells, gt_image, pred_image, sgeval, write_case, write_zip
 
 G0, G1, G2 = cells(2, 8, (0, 0, 4)), cells(2, 8, (0, 4, 8)), cells(2, 8, (1, 0, 8))
 
@@ -37,9 +37,7 @@ def rewrite_json(path, edit):
         data = json.loads(members["triplets.json"])
         edit(data)
         members["triplets.json"] = json.dumps(data).encode()
-        with zipfile.ZipFile(path, "w") as archive:
-            for name, payload in members.items():
-                archive.writestr(name, payload)
+        write_zip(path, members)
     else:
         target = path if str(path).endswith(".json") else f"{path}/triplets.json"
         with open(target) as handle:
@@ -98,9 +96,7 @@ def test_uint8_tiffs_as_sgbench_writes_them(tmp_path, n_instances):
             warnings.simplefilter("ignore", DeprecationWarning)
             tifffile.imwrite(buffer, masks.astype(np.uint8) * 255, compression="deflate")
         members[name] = buffer.getvalue()
-    with zipfile.ZipFile(values["pred"], "w") as archive:
-        for name, payload in members.items():
-            archive.writestr(name, payload)
+    write_zip(values["pred"], members)
     assert evaluate(values)["metrics"] == expected
 
 

@@ -14,7 +14,7 @@ import imagecodecs
 import numpy as np
 import pytest
 import tifffile
-from conftest import ROOT, sgeval, synth
+from conftest import ROOT, sgeval, synth, write_zip
 
 
 def run_arrays(capacity=1 << 12):
@@ -388,13 +388,6 @@ def test_a_first_run_compiles_the_decoder_in_a_child(tmp_path):
     expected = sgeval.evaluate(config)["metrics"]
     assert runs[0]["metrics"] == runs[1]["metrics"] == expected
     assert any(value not in (None, 0.0) for value in expected.values())
-
-
-def write_zip(path, members):
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return str(path)
 
 
 def test_has_8bit_masks_looks_at_the_first_tiff_by_name(tmp_path):
