@@ -1,8 +1,9 @@
 # sgeval — common tasks. Needs only Python 3.11 (or python3) with venv/pip; everything else is
 # installed into .venv from the pinned requirements files.
 #
-#   make setup              create .venv and install requirements-dev.txt plus the test-only sgbench
-#                           (redone only when the requirements files change)
+#   make setup              create .venv, install requirements-dev.txt, sgeval itself (pip install -e .,
+#                           module and console script) and the test-only sgbench (redone only when the
+#                           requirements files or pyproject.toml change)
 #   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
 #   make test               run the test suite
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when it has a 'convert' mapping, first convert the
@@ -24,10 +25,11 @@ DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "make setup: neither python3.11 nor python3 found" >&2; exit 1; fi
 	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON_BOOT)"; $(PYTHON_BOOT) -m venv $(VENV); fi
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 # Test-only: tests/test_sgbench.py checks sgeval against SGBench 1.0 (sgeval.py never imports it).
 # --no-deps: sgbench 1.0.0 declares numpy<2, but its code runs on the pinned numpy 2.x above.
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps sgbench==1.0.0
