@@ -6,8 +6,9 @@
 #                           requirements files or pyproject.toml change)
 #   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
 #   make test               run the test suite
-#   make eval MODEL=<name>  evaluate configs/<name>.yaml; when it has a 'convert' mapping, first convert the
-#                           raw model output (if the converted file is missing or stale, convert/README.md).
+#   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
+#                           recipe) exists, first convert the raw model output it names into the config's
+#                           pred (if that is missing or stale, convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>
 #   make bench              time sgeval against SGBench 1.0 on 2,177 PSG-sized images (QUICK=1: 200; RUNS=3)
@@ -40,7 +41,7 @@ demo-data: $(STAMP)
 	@if [ ! -f $(DEMO)/psg.json ] || [ ! -f $(DEMO)/pred.zip ] \
 	    || [ tools/synth.py -nt $(DEMO)/pred.zip ] || [ tools/make_demo.py -nt $(DEMO)/pred.zip ] \
 	    || [ sgeval.py -nt $(DEMO)/pred.zip ]; then \
-	  rm -rf $(DEMO) && $(PY) tools/make_demo.py --out $(DEMO); \
+	  rm -rf $(DEMO) && $(PY) -m tools.make_demo --out $(DEMO); \
 	fi
 
 demo: demo-data

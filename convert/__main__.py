@@ -1,59 +1,115 @@
-"""Convert the raw model output a config names, when needed (what `make eval` runs first).
+"""Convert the raw model output that a config's ``pred`` is made from, when needed (what `make eval`
+runs first). From the repository root:
 
-    python -m convert --config configs/hilo.yaml [--raw results/hilo.pkl] [--gt psg.json] [--pred out.zip] [--force]
+    python -m convert --config configs/hilo.yaml [--recipe configs/convert/hilo.yaml]
+                      [--raw results/hilo.pkl] [--gt psg.json] [--pred out.zip] [--force] [--quiet]
 
-The config's ``convert`` mapping names the ``family`` (openpsg, hilo, pairnet) and the ``raw``
-output, plus any option of that family's ``convert`` function (``predicate_source``, ``ng_top``,
-``ng_per_predicate``; openpsg also ``layout``). ``pred`` is the converted file, ``gt`` the
-annotations. Nothing is converted when the config has no ``convert`` mapping, or when ``pred`` is
-up to date: newer than the raw output and the GT, and its convert.json records the same family,
-raw output, GT and options. When the raw output is missing but ``pred`` exists, ``pred`` is kept.
+The config is a plain sgeval config: ``pred`` is the converted file, ``gt`` the annotations (read
+with ``sgeval.load_config``, so ``--gt`` and ``--pred`` override them as they do for sgeval). How to
+make ``pred`` is the config's conversion recipe, a YAML file of its own: by default
+``convert/<config name>.yaml`` in the config's folder (configs/hilo.yaml -> configs/convert/hilo.yaml),
+or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet) and the ``raw`` output,
+plus any option of that family's ``convert`` function (``predicate_source``, ``ng_top``,
+``ng_per_predicate``; openpsg also ``layout``)::
+
+    family: hilo
+    raw: results/hilo.pkl
+    predicate_source: rel_dists
+
+Nothing is converted when the config has no recipe, or when ``pred`` is up to date: newer than the
+raw output and the GT, and its convert.json records the same family, raw output, GT and options.
+When the raw output is missing but ``pred`` exists, ``pred`` is kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
 import os
-import sys
 import zipfile
 from pathlib import Path
 
 import click
+import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from convert import common  # noqa: E402
+import sgeval
+from convert import common
 
 FAMILIES = {"openpsg": "convert.openpsg", "hilo": "convert.hilo", "pairnet": "convert.pairnet"}
 NOT_OPTIONS = ("raw", "out", "gt", "progress")  # convert() parameters that are not conversion options
+RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 
 
-def plan(config_path, raw=None, gt=None, pred=None):
-    """(family, convert function, raw, gt, pred, options) from a config and overrides; None when the
-    config names nothing to convert. Raises common.ConvertError for a malformed mapping."""
-    config = common.sgeval.load_config(config_path, gt=gt, pred=pred)
-    if not config.convert:
+def default_recipe(config_path):
+    """Where a config's conversion recipe is by default: <config's folder>/convert/<config's stem>.yaml."""
+    config_path = Path(config_path)
+    return config_path.parent / RECIPES / f"{config_path.stem}.yaml"
+
+
+def _yaml_mapping(path, what):
+    """The mapping in a YAML file ({} when empty); ConvertError when unreadable or not a mapping."""
+    try:
+        values = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise common.ConvertError([f"{path}: cannot read the {what}: {' '.join(str(error).split())}"]) from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise common.ConvertError([f"{path}: the {what} must be a mapping of keys to values"])
+    return values
+
+
+def _refuse_convert_key(config_path, recipe):
+    """A config written for the old layout (a 'convert' mapping inside it) says where that went."""
+    try:
+        values = yaml.safe_load(Path(config_path).read_text())
+    except (OSError, yaml.YAMLError):
+        return  # sgeval.load_config reports it
+    if isinstance(values, dict) and "convert" in values:
+        raise common.ConvertError([f"{config_path}: 'convert' is not an sgeval config key; move its mapping "
+                                   f"(family, raw, options) into the conversion recipe {recipe}"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What to convert: the recipe's family and options, the raw output and the config's gt and pred."""
+
+    recipe: str
+    family: str
+    convert: object  # the family's convert(raw, out, gt, ..., progress) function
+    raw: str
+    gt: str
+    pred: str
+    options: dict
+
+
+def plan(config_path, raw=None, gt=None, pred=None, recipe=None):
+    """The Plan for a config and the overrides; the recipe is ``recipe`` (which must exist), else
+    default_recipe(config_path), and None when that does not exist. Raises common.ConvertError for
+    a missing, unreadable or malformed recipe (and sgeval.SGEvalError for a bad config)."""
+    named = recipe is not None  # a named recipe must exist; the default one need not
+    recipe = Path(recipe) if named else default_recipe(config_path)
+    _refuse_convert_key(config_path, recipe)
+    config = sgeval.load_config(config_path, gt=gt, pred=pred)
+    if not named and not recipe.exists():
         return None
-    values = dict(config.convert)
+    values = _yaml_mapping(recipe, "conversion recipe")
     family, configured_raw = values.pop("family", None), values.pop("raw", None)
     raw = raw or configured_raw
     if family not in FAMILIES:
-        raise common.ConvertError([f"{config_path}: convert: 'family' must be one of {', '.join(FAMILIES)}, "
-                                   f"not {family!r}"])
+        raise common.ConvertError([f"{recipe}: 'family' must be one of {', '.join(FAMILIES)}, not {family!r}"])
     if not raw:
-        raise common.ConvertError([f"{config_path}: convert: 'raw' (the model's raw output) is required"])
+        raise common.ConvertError([f"{recipe}: 'raw' (the model's raw output) is required"])
     convert = importlib.import_module(FAMILIES[family]).convert
     parameters = {name: parameter.default for name, parameter in inspect.signature(convert).parameters.items()
                   if name not in NOT_OPTIONS}
     unknown = sorted(set(values) - set(parameters))
     if unknown:
-        raise common.ConvertError([f"{config_path}: convert: unknown key '{key}'; valid keys: family, raw, "
+        raise common.ConvertError([f"{recipe}: unknown key '{key}'; valid keys: family, raw, "
                                    f"{', '.join(parameters)}" for key in unknown])
-    return family, convert, str(raw), config.gt, config.pred, {**parameters, **values}
+    return Plan(str(recipe), family, convert, str(raw), config.gt, config.pred, {**parameters, **values})
 
 
 def _mtime(path):
@@ -80,35 +136,38 @@ def stale_reason(pred, raw, gt, family, options):
     return f"{pred} was converted with another {' and '.join(changed)}" if changed else None
 
 
-def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=None):
+def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=None, recipe=None):
     """Convert when needed; returns (message, summary or None)."""
-    found = plan(config_path, raw, gt, pred)
+    found = plan(config_path, raw, gt, pred, recipe)
     if found is None:
-        return f"{config_path}: nothing to convert (no 'convert' mapping)", None
-    family, convert, raw, gt, pred, options = found
-    if not os.path.exists(raw):
-        if os.path.exists(pred) and not force:
-            return f"{raw} not found; evaluating the existing {pred}", None
-        raise common.ConvertError([f"{raw}: the raw output named by {config_path} does not exist"])
-    reason = "--force" if force else stale_reason(pred, raw, gt, family, options)
+        return f"{config_path}: nothing to convert (no conversion recipe {default_recipe(config_path)})", None
+    if not os.path.exists(found.raw):
+        if os.path.exists(found.pred) and not force:
+            return f"{found.raw} not found; evaluating the existing {found.pred}", None
+        named_by = "--raw" if raw else found.recipe
+        raise common.ConvertError([f"{found.raw}: the raw output named by {named_by} does not exist"])
+    reason = "--force" if force else stale_reason(found.pred, found.raw, found.gt, found.family, found.options)
     if reason is None:
-        return f"{pred} is up to date (converted from {raw})", None
-    summary = convert(raw, pred, gt=gt, progress=progress, **options)
-    return f"converting {raw} -> {pred} ({reason})", summary
+        return f"{found.pred} is up to date (converted from {found.raw})", None
+    summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, **found.options)
+    return f"converting {found.raw} -> {found.pred} ({reason})", summary
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="YAML config with a 'convert' mapping (family, raw, options).")
-@click.option("--raw", help="Raw model output (overrides convert.raw).")
-@click.option("--gt", help="OpenPSG psg.json (overrides gt).")
-@click.option("--pred", help="Converted output .zip (overrides pred).")
+              help="sgeval YAML config; its pred is the converted file, its gt the annotations.")
+@click.option("--recipe", type=click.Path(exists=True, dir_okay=False),
+              help="Conversion recipe (family, raw, options) [default: convert/<config name>.yaml in the "
+                   "config's folder].")
+@click.option("--raw", help="Raw model output (overrides the recipe's raw).")
+@click.option("--gt", help="OpenPSG psg.json (overrides the config's gt).")
+@click.option("--pred", help="Converted output .zip (overrides the config's pred).")
 @click.option("--force", is_flag=True, help="Convert even when the output is up to date.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, raw, gt, pred, force, quiet):
-    """Convert the raw model output named by a config, if the converted file is missing or stale."""
-    message, summary = common.sgeval.run_cli(
-        lambda progress: prepare(config_path, raw, gt, pred, force, progress), "converting", quiet)
+def main(config_path, recipe, raw, gt, pred, force, quiet):
+    """Convert the raw model output of a config's conversion recipe, if the converted file is missing or stale."""
+    message, summary = sgeval.run_cli(
+        lambda progress: prepare(config_path, raw, gt, pred, force, progress, recipe), "converting", quiet)
     click.echo(message, err=True)
     if summary is not None:
         click.echo(common.describe(summary), err=True)

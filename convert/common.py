@@ -58,7 +58,6 @@ import logging
 import math
 import os
 import pickle
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -66,11 +65,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-import sgeval  # noqa: E402
+import sgeval
 
 log = logging.getLogger("sgeval.convert")
 

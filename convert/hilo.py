@@ -1,6 +1,6 @@
 """Convert HiLo outputs to sgeval predictions.
 
-    python convert/hilo.py --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+    python -m convert.hilo --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
 
 ``results.pkl`` is what HiLo's ``tools/test.py --out`` writes (OpenPSG's ``Result`` class), or a
 directory of 0.npz ... N-1.npz. HiLo writes its complete or merged output, like PSGTR's complete
@@ -15,14 +15,7 @@ no pairs is an empty result.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from convert import common  # noqa: E402
+from convert import common
 
 FAMILY = "hilo"
 RULES = common.Rules(raw_boxes=False, object_scores=True)

@@ -1,6 +1,6 @@
 """Convert OpenPSG outputs (IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer) to sgeval predictions.
 
-    python convert/openpsg.py --gt psg.json results.pkl out.zip [--layout auto] [--predicate-source rel_dists]
+    python -m convert.openpsg --gt psg.json results.pkl out.zip [--layout auto] [--predicate-source rel_dists]
 
 ``results.pkl`` is what OpenPSG's ``tools/test.py --out`` writes (or a directory of 0.npz ...
 N-1.npz). Every result is read in one of three layouts, detected per image (``--layout auto``) or
@@ -25,16 +25,9 @@ that layout, the two readings give the same instances and rows.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import click
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from convert import common  # noqa: E402
+from convert import common
 
 FAMILY = "openpsg"
 LAYOUTS = ("auto", "two-stage", "complete", "panoptic")

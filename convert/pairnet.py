@@ -1,6 +1,6 @@
 """Convert Pair-Net outputs to sgeval predictions.
 
-    python convert/pairnet.py --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+    python -m convert.pairnet --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
 
 ``results.pkl`` is what Pair-Net's ``tools/test.py --out`` writes (its own copy of the ``Result``
 class, ``pairnet.models.relation_heads.approaches.relation_util.Result``), or a directory of
@@ -15,14 +15,7 @@ included: merging them would change what the `unique` protocol measures.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from convert import common  # noqa: E402
+from convert import common
 
 FAMILY = "pairnet"
 RULES = common.Rules(raw_boxes=False, object_scores=True)  # a zero score column counts as no scores

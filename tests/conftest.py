@@ -1,17 +1,15 @@
 """Shared helpers: build tiny datasets on disk and evaluate them."""
 
 import json
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import sgeval
+from tools import synth
 
-import sgeval  # noqa: E402
-from tools import synth  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]  # the repository root (configs/, sgeval.py, ...)
 
 THINGS = ["person", "horse", "dog"]
 STUFF = ["grass", "sky"]

@@ -18,6 +18,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import yaml
 from conftest import ROOT, sgeval, synth
 
 from convert import common, hilo, openpsg, pairnet
@@ -307,6 +308,12 @@ def evaluate(gt_case, pred, protocol):
                                                "metrics": ["R", "ngR", "InstR"]}))
 
 
+def run_module(module, *args):
+    """``python -m <module> args`` from the repository root, as the documentation says to run it."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
 def read_records(pred):
     with zipfile.ZipFile(pred) as archive:
         return {record["id"]: record for record in json.loads(archive.read("triplets.json"))["images"]}
@@ -588,13 +595,12 @@ def test_layout_can_be_forced_and_is_checked(tmp_path, standins, gt_case):
 def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     rng = np.random.default_rng(8)
     raw = standins.pickle(tmp_path / "r.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
-    run = lambda *args: subprocess.run([sys.executable, str(ROOT / "convert" / "hilo.py"), *args],  # noqa: E731
-                                       capture_output=True, text=True, cwd=tmp_path)
-    done = run("--gt", gt_case[0], "--quiet", str(raw), "out.zip")
+    run = lambda *args: run_module("convert.hilo", *args)  # noqa: E731
+    done = run("--gt", gt_case[0], "--quiet", str(raw), str(tmp_path / "out.zip"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"wrote out.zip: {len(gt_case[2])} images (0 empty)")
+    assert done.stdout.startswith(f"wrote {tmp_path / 'out.zip'}: {len(gt_case[2])} images (0 empty)")
     (tmp_path / "evil.pkl").write_bytes(pickle.dumps([Evil(os.system, "true")], protocol=2))
-    failed = run("--gt", gt_case[0], str(tmp_path / "evil.pkl"), "out2.zip")
+    failed = run("--gt", gt_case[0], str(tmp_path / "evil.pkl"), str(tmp_path / "out2.zip"))
     assert failed.returncode == 1 and failed.stderr.startswith("error: ") and "refusing to load" in failed.stderr
     assert not (tmp_path / "out2.zip").exists()
 
@@ -602,9 +608,12 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
 def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins, gt_case):
     rng = np.random.default_rng(10)
     raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
-    config = tmp_path / "hilo.yaml"
-    config.write_text(f"gt: {gt_case[0]}\ngt_seg: {gt_case[1]}\npred: {tmp_path / 'hilo.zip'}\n"
-                      f"convert: {{family: hilo, raw: {raw}}}\n")
+    config = tmp_path / "hilo.yaml"  # a plain sgeval config
+    config.write_text(f"gt: {gt_case[0]}\ngt_seg: {gt_case[1]}\npred: {tmp_path / 'hilo.zip'}\n")
+    recipe = tmp_path / "convert" / "hilo.yaml"  # found by default: <config's folder>/convert/<config's stem>.yaml
+    assert "nothing to convert (no conversion recipe" in convert_main.prepare(str(config))[0]
+    recipe.parent.mkdir()
+    recipe.write_text(f"family: hilo\nraw: {raw}\n")
     message, summary = convert_main.prepare(str(config))
     assert "does not exist" in message and summary["images"] == len(gt_case[2])
     assert convert_main.prepare(str(config))[1] is None  # up to date
@@ -614,11 +623,96 @@ def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins,
     other.write_bytes(raw.read_bytes())
     os.utime(other, (time.time() - 100, time.time() - 100))
     assert "another raw" in convert_main.prepare(str(config), raw=str(other))[0]
-    config.write_text(config.read_text().replace("raw:", "predicate_source: rel_labels, raw:"))
+    recipe.write_text(recipe.read_text() + "predicate_source: rel_labels\n")
     assert "another options" in convert_main.prepare(str(config), raw=str(other))[0]
-    config.write_text(config.read_text().replace("predicate_source", "predicate_sauce"))
-    with pytest.raises(common.ConvertError, match="unknown key 'predicate_sauce'; valid keys: family, raw, "):
+    recipe.write_text(recipe.read_text().replace("predicate_source", "predicate_sauce"))
+    with pytest.raises(common.ConvertError, match=f"^{recipe}: unknown key 'predicate_sauce'; valid keys: family, "
+                                                  f"raw, predicate_source, ng_top, ng_per_predicate$"):
         convert_main.prepare(str(config))
     assert "nothing to convert" in convert_main.prepare(str(ROOT / "configs" / "demo.yaml"))[0]
-    results = sgeval.evaluate(sgeval.load_config(str(config)))  # the evaluator ignores 'convert'
+    results = sgeval.evaluate(sgeval.load_config(str(config)))
     assert results["images"]["evaluated"] == len(gt_case[2])
+
+
+def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(13)
+    raw = standins.pickle(tmp_path / "pairnet.pkl", [pairnet_result(rng, gt) for gt in gt_case[2]], PAIRNET_RESULT)
+    config = tmp_path / "model.yaml"
+    config.write_text(f"gt: {gt_case[0]}\npred: {tmp_path / 'model.zip'}\n")
+    named = tmp_path / "recipes" / "pairnet-top10.yaml"
+    named.parent.mkdir()
+    named.write_text(f"# a recipe\nfamily: pairnet\nraw: {raw}\nng_top: 10\n")
+    assert "nothing to convert" in convert_main.prepare(str(config))[0]  # no convert/model.yaml
+    message, summary = convert_main.prepare(str(config), recipe=str(named), pred=str(tmp_path / "top10.zip"))
+    assert message.startswith(f"converting {raw} -> {tmp_path / 'top10.zip'}") and summary["images"] == len(gt_case[2])
+    with zipfile.ZipFile(tmp_path / "top10.zip") as archive:
+        provenance = json.loads(archive.read(common.PROVENANCE))
+    assert provenance["family"] == "pairnet" and provenance["options"]["ng_top"] == 10
+    found = convert_main.plan(str(config), recipe=str(named))
+    assert (found.family, found.raw, found.gt, found.options["ng_top"]) == ("pairnet", str(raw), gt_case[0], 10)
+
+    def problem(recipe_text=None, config_text=None, **overrides):
+        if recipe_text is not None:
+            named.write_text(recipe_text)
+        if config_text is not None:
+            config.write_text(config_text)
+        with pytest.raises(sgeval.SGEvalError) as error:
+            convert_main.prepare(str(config), recipe=str(named), **overrides)
+        return error.value.problems
+
+    assert problem("family: hola\nraw: x.pkl\n") == [
+        f"{named}: 'family' must be one of openpsg, hilo, pairnet, not 'hola'"]
+    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, not None"]
+    assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
+    assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
+        f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
+        for key in ("layuot", "ng")]
+    assert problem("[family, raw]\n") == [f"{named}: the conversion recipe must be a mapping of keys to values"]
+    assert problem("family: [\n")[0].startswith(f"{named}: cannot read the conversion recipe: ")
+    named.write_text(f"family: pairnet\nraw: {tmp_path / 'gone.pkl'}\n")
+    assert problem() == [f"{tmp_path / 'gone.pkl'}: the raw output named by {named} does not exist"]
+    assert problem(raw=str(tmp_path / "gone2.pkl")) == [
+        f"{tmp_path / 'gone2.pkl'}: the raw output named by --raw does not exist"]
+    with pytest.raises(common.ConvertError, match="cannot read the conversion recipe"):  # a named recipe must exist
+        convert_main.prepare(str(config), recipe=str(tmp_path / "missing.yaml"))
+    # a config still holding a 'convert' mapping is told where that went (sgeval rejects the key)
+    assert problem(config_text=config.read_text() + f"convert: {{family: pairnet, raw: {raw}}}\n") == [
+        f"{config}: 'convert' is not an sgeval config key; move its mapping (family, raw, options) into the "
+        f"conversion recipe {named}"]
+    with pytest.raises(common.ConvertError, match=f"into the conversion recipe {tmp_path / 'convert' / 'model.yaml'}$"):
+        convert_main.prepare(str(config))
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
+    assert "convert" not in yaml.safe_load(config.read_text())
+    recipe = ROOT / "configs" / "convert" / config.name
+    found = convert_main.plan(str(config))
+    if not recipe.exists():
+        assert config.stem in ("demo", "psg") and found is None
+        return
+    values = yaml.safe_load(recipe.read_text())
+    assert set(values) == {"family", "raw"} and (found.family, found.raw) == (values["family"], values["raw"])
+    assert found.recipe == str(recipe) and found.pred == sgeval.load_config(config).pred
+    assert found.pred == f"results/{config.stem}.zip" and found.raw.startswith(f"results/{config.stem}")
+
+
+def test_every_recipe_belongs_to_a_config():
+    recipes = sorted(path.stem for path in (ROOT / "configs" / "convert").glob("*.yaml"))
+    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "pairnet", "psgformer", "psgtr", "vctree"]
+    assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
+
+
+def test_python_m_convert_converts_once(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(14)
+    raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
+    config = tmp_path / "hilo.yaml"
+    config.write_text(f"gt: {gt_case[0]}\npred: {tmp_path / 'hilo.zip'}\n")
+    (tmp_path / "convert").mkdir()
+    (tmp_path / "convert" / "hilo.yaml").write_text(f"family: hilo\nraw: {raw}\n")
+    first = run_module("convert", "--config", str(config), "--quiet")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith(f"converting {raw} -> {tmp_path / 'hilo.zip'} ({tmp_path / 'hilo.zip'} does not "
+                                   f"exist)\nwrote {tmp_path / 'hilo.zip'}: {len(gt_case[2])} images")
+    second = run_module("convert", "--config", str(config), "--quiet")
+    assert (second.returncode, second.stderr) == (0, f"{tmp_path / 'hilo.zip'} is up to date (converted from {raw})\n")

@@ -1,7 +1,6 @@
 """Tests of the synthetic data generator tools/synth.py and the demo generator tools/make_demo.py."""
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -9,11 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tools import synth  # noqa: E402
+from tools import synth
 
 N_THINGS, N_STUFF, N_PREDICATES = 4, 3, 5
 

@@ -1,1 +1,3 @@
-"""Helper scripts for sgeval: synthetic data (`tools.synth`) and the demo generator."""
+"""Helpers for sgeval: synthetic data (`tools.synth`), the demo generator (`python -m tools.make_demo`)
+and the writer of the tests' regression oracle (`python -m tools.make_expected`), run from the
+repository root."""

@@ -1,6 +1,6 @@
 """Generate the sgeval demo data: a small synthetic PSG-like dataset and a simulated model's output.
 
-    python tools/make_demo.py --out demo/data [--seed 0]
+    python -m tools.make_demo --out demo/data [--seed 0]     # from the repository root
 
 Writes <out>/psg.json, <out>/panoptic/<image_id>.png and <out>/pred.zip (through
 `sgeval.write_predictions`). The vocabulary has the PSG sizes and names (80 thing, 53 stuff,
@@ -11,16 +11,11 @@ some predicates as absent. A fixed seed gives byte-identical files.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tools import synth  # noqa: E402
+from tools import synth
 
 THING_CLASSES = [
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -86,7 +81,7 @@ def make_demo(out, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.make_demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="demo/data", help="output directory (default: demo/data)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Write tests/data/demo_expected.json: the demo data's results, the regression oracle of
 tests/test_expected.py.
 
-    python tools/make_expected.py
+    python -m tools.make_expected     # from the repository root
 
 The stored file was made by the evaluator as it was before the speed work (commit 7d2e287); it
 must only be regenerated for a deliberate change of the demo data or of a metric definition,
@@ -9,17 +9,13 @@ and the commit doing so must say why.
 """
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+import sgeval
+from tools import make_demo
 
-import sgeval  # noqa: E402
-from tools import make_demo  # noqa: E402
-
-EXPECTED = REPO_ROOT / "tests" / "data" / "demo_expected.json"
+EXPECTED = Path(__file__).resolve().parents[1] / "tests" / "data" / "demo_expected.json"
 
 
 def demo_results(out, workers=1):
