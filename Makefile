@@ -11,7 +11,8 @@
 #                           pred (if that is missing or stale, convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>
-#   make bench              time sgeval against SGBench 1.0 on 2,177 PSG-sized images (QUICK=1: 200; RUNS=3)
+#   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
+#                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -64,11 +65,12 @@ eval: $(STAMP)
 	  $(if $(OUTPUT),--output "$(OUTPUT)")
 
 # Benchmark (bench/README.md): sgeval against SGBench 1.0 (own venv, bench/.venv-sgbench) and the
-# decode floor, on a PSG-scale workload generated once into bench/data/. Not part of `make test`.
+# library floor, on two PSG-scale workloads generated once into bench/data/. Not part of `make test`.
 RUNS ?= 3
 QUICK ?=
+WORKLOAD ?= both
 bench: $(STAMP)
-	$(PY) bench/run.py --runs $(RUNS) $(if $(filter-out 0,$(QUICK)),--quick)
+	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick)
 
 clean:
 	rm -rf $(DEMO) demo/results.json .pytest_cache

@@ -1,6 +1,18 @@
-"""Deterministic PSG-scale benchmark workload for ``make bench``.
+"""Deterministic PSG-scale benchmark workloads for ``make bench``.
 
-Writes ``bench/data/<n_images>/`` (or ``--out``):
+Two workloads share the machinery below; ``--workload`` picks one:
+
+- ``default`` (``bench/data/<n_images>/``): GT segments of moderate size; per image 100 predicted
+  masks (a noisy copy of most GT segments, 30 % duplicate copies, false positives anywhere) and
+  1,000 triplets.
+- ``overlap`` (``bench/data/overlap-<n_images>/``): larger GT segments; 100 predicted masks of
+  which about half are duplicates and near-duplicates of the large regions (exact copies, copies
+  dilated, eroded or shifted by a few pixels, cropped, shifted by a fifth of their size, or merged
+  with a neighbouring segment) and most of the rest false positives placed over true segments
+  (partially, some with the segment's category), so that many pairs of predicted masks overlap
+  with an IoU above 0.5 and many just below; about 350 triplets.
+
+Each writes:
 
 - ``psg.json`` + ``panoptic/<id>.png``: OpenPSG-style GT with the PSG vocabulary sizes (80 thing,
   53 stuff, 56 predicate classes; generic names, long-tailed frequencies). ``n_images`` evaluated
@@ -16,17 +28,19 @@ Writes ``bench/data/<n_images>/`` (or ``--out``):
 - ``compact.zip``: the same predictions through ``sgeval.write_predictions`` (``instances``
   spelling, 1-bit deflate TIFF pages).
 
-Every test image (with or without relations) has a prediction of ``n_masks`` masks: a noisy copy
-of most GT segments (some shifted far enough to miss, some with a wrong category), 30 % duplicate
-copies of GT segments, and false positives for the rest; ``n_triplets`` triplets ordered by
-confidence, the true ones among many spurious pairs with several predicates each; ``ng_triplets``
-is the same list re-ranked with noise.
+Every test image (with or without relations) has a prediction of ``n_masks`` masks and triplets
+ordered by confidence, the true ones among many spurious pairs with several predicates each;
+``ng_triplets`` is the same list re-ranked with noise.
 
 The output is a function of the parameters alone (any number of generator processes). A stamp
-(``stamp.json``, written last) records the parameters and this file's hash; ``ensure`` skips the
-generation when it matches and all files exist.
+(``stamp.json``, written last) records the parameters, this file's hash and statistics of the
+predicted masks (pairs of masks of one image with IoU >= 0.5 and in [0.3, 0.5), mask areas),
+computed here from the masks; ``ensure`` skips the generation when parameters and hash match and
+all files exist.
 
-    python bench/make_workload.py --images 200 [--workers 2] [--out DIR] [--force]
+    python -m bench.make_workload --images 200 [--workload default|overlap] [--workers 2] [--out DIR] [--force]
+
+(from the repository root: ``tools.synth`` is imported from the checkout, ``sgeval`` as installed).
 """
 
 from __future__ import annotations
@@ -47,18 +61,42 @@ import numpy as np
 import tifffile
 from PIL import Image
 
+import sgeval
+
+try:
+    from tools import synth
+except ModuleNotFoundError as error:  # run as a script: the checkout is not on the module path
+    raise SystemExit(f"{error}: run this as `python -m bench.make_workload` from the repository root") from None
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import sgeval  # noqa: E402
-from tools import synth  # noqa: E402
-
 DEFAULTS = {
     "seed": 0, "height": 480, "width": 640, "n_masks": 100, "n_triplets": 1000, "n_train": 5000,
     "min_segments": 6, "max_segments": 25, "n_things": 80, "n_stuff": 53, "n_predicates": 56,
+    "workload": "default", "stuff_size": [0.3, 0.9], "thing_size": [0.08, 0.45],
 }
-DUPLICATE_FRACTION = 0.3  # of n_masks: extra copies of GT segments
+# The presets: overrides of DEFAULTS. stuff_size / thing_size: the range of a GT shape's height and
+# width as fractions of the image's (before later segments cover part of it).
+WORKLOADS = {
+    "default": {},
+    "overlap": {"seed": 1, "workload": "overlap", "n_triplets": 350, "min_segments": 4, "max_segments": 20,
+                "stuff_size": [0.5, 1.0], "thing_size": [0.15, 0.6]},
+}
+DUPLICATE_FRACTION = 0.3  # default workload, of n_masks: extra copies of GT segments
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: same parameters, same bytes
+STAT_IOU = (0.3, 0.5)  # the statistics count mask pairs with IoU >= 0.5 and in [0.3, 0.5)
+
+
+def workload_params(workload, n_images, **overrides):
+    """The full parameter set of a workload preset with overrides."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+    return {**DEFAULTS, **WORKLOADS[workload], **overrides, "n_images": n_images,
+            "n_no_relations": no_relation_images(n_images)}
+
+
+def default_dir(workload, n_images):
+    """bench/data/<n> for the default workload, bench/data/<workload>-<n> for the others."""
+    return ROOT / "bench" / "data" / (str(n_images) if workload == "default" else f"{workload}-{n_images}")
 
 
 def no_relation_images(n_images):
@@ -156,7 +194,7 @@ def random_shape(rng, height, width, low, high, ellipse_p):
     return y0, x0, crop
 
 
-def paint_segments(rng, categories, n_things, height, width):
+def paint_segments(rng, categories, n_things, height, width, stuff_size=(0.3, 0.9), thing_size=(0.08, 0.45)):
     """Label map (H, W) int16: 0 = void, g + 1 = segment g. Stuff large and first, things on top;
     a segment painted over entirely is repainted small until every segment shows."""
     label = np.zeros((height, width), np.int16)
@@ -164,7 +202,7 @@ def paint_segments(rng, categories, n_things, height, width):
     for attempt in range(100):
         for g in order:
             stuff = categories[g] >= n_things
-            low, high = ((0.3, 0.9) if stuff else (0.08, 0.45)) if attempt == 0 else (0.03, 0.12)
+            low, high = (stuff_size if stuff else thing_size) if attempt == 0 else (0.03, 0.12)
             y0, x0, crop = random_shape(rng, height, width, low, high, 0.0 if stuff else 0.5)
             label[y0:y0 + crop.shape[0], x0:x0 + crop.shape[1]][crop] = g + 1
         visible = np.bincount(label.ravel(), minlength=len(categories) + 1)[1:] > 0
@@ -213,8 +251,8 @@ def noisy_copy(rng, label, g, box, quality):
 
 
 def simulate_prediction(rng, vocab, params, label, categories, boxes, relations):
-    """(instances, triplets, ng_triplets, masks (P, H, W) bool) for one image; boxes as from
-    segment_boxes."""
+    """The default workload's prediction: (instances, triplets, ng_triplets, masks (P, H, W) bool)
+    for one image; boxes as from segment_boxes."""
     height, width, n_masks = params["height"], params["width"], params["n_masks"]
     specs = []  # (GT source or -1, category, score, (y0, x0, crop), primary copy?)
 
@@ -223,7 +261,7 @@ def simulate_prediction(rng, vocab, params, label, categories, boxes, relations)
         quality = "poor" if rng.random() < 0.15 else "good" if primary else "rough"
         return g, category, score, noisy_copy(rng, label, g, boxes[g], quality), primary
 
-    n_duplicates = int(round(DUPLICATE_FRACTION * n_masks))
+    n_duplicates = round(DUPLICATE_FRACTION * n_masks)
     primaries = [g for g in range(len(categories)) if rng.random() < 0.85][:max(0, n_masks - n_duplicates)]
     for g in primaries:
         specs.append(copy_of(g, round(float(rng.uniform(0.4, 1.0)), 4), 0.08, True))
@@ -235,7 +273,136 @@ def simulate_prediction(rng, vocab, params, label, categories, boxes, relations)
         specs.append((-1, category, round(float(rng.uniform(0.0, 0.7)), 4),
                       random_shape(rng, height, width, 0.05, 0.4, 0.5), False))
     specs = [specs[i] for i in rng.permutation(len(specs))]
+    return finish_prediction(rng, vocab, specs, height, width, params["n_triplets"], relations)
 
+
+def segment_region(label, members, box, margin):
+    """(y0, x0, bool crop) of the pixels of the GT segments `members` inside `box` (y0, x0, y1,
+    x1) grown by `margin` pixels (clipped to the image)."""
+    height, width = label.shape
+    y0, x0 = max(0, box[0] - margin), max(0, box[1] - margin)
+    window = label[y0:min(height, box[2] + margin), x0:min(width, box[3] + margin)]
+    return y0, x0, np.isin(window, [g + 1 for g in members])
+
+
+def near_duplicate(rng, label, g, boxes, kind, neighbour=None):
+    """A near-duplicate of GT segment g (a large region), (y0, x0, bool crop), never empty:
+    "morph": shifted by up to 4 pixels, then dilated or eroded 1-6 times (IoU with the segment
+    mostly 0.6-0.95); "crop": the part on one side of a cut through its box at 35-90 % of the
+    box (IoU about that fraction); "shift": moved by 10-30 % of its size (IoU about 0.3-0.8);
+    "merge": united with the neighbouring GT segment `neighbour` (IoU = area share)."""
+    y0, x0, y1, x1 = boxes[g]
+    members, box = [g], boxes[g]
+    steps, erode = 0, False
+    if kind == "morph":
+        dy, dx = (int(v) for v in rng.integers(-4, 5, size=2))
+        steps, erode = int(rng.integers(1, 7)), bool(rng.random() < 0.5)
+    elif kind == "shift":
+        fy, fx = rng.uniform(0.1, 0.3, size=2) * rng.choice([-1, 1], size=2) * (rng.random(2) < 0.7)
+        dy, dx = int(fy * (y1 - y0)), int(fx * (x1 - x0))
+    else:
+        dy, dx = (int(v) for v in rng.integers(-1, 2, size=2))
+        if kind == "merge" and neighbour is not None:
+            members = [g, neighbour]
+            other = boxes[neighbour]
+            box = (min(y0, other[0]), min(x0, other[1]), max(y1, other[2]), max(x1, other[3]))
+    margin = max(abs(dy), abs(dx)) + steps + 1
+    cy0, cx0, original = segment_region(label, members, box, margin)
+    crop = original
+    if kind == "crop":
+        axis = int(rng.integers(2))
+        start, stop = (y0 - cy0, y1 - cy0) if axis == 0 else (x0 - cx0, x1 - cx0)
+        cut = start + max(1, int(rng.uniform(0.35, 0.9) * (stop - start)))
+        keep = np.zeros(crop.shape[axis], bool)
+        if rng.random() < 0.5:
+            keep[:cut] = True
+        else:
+            keep[start + stop - cut:] = True
+        crop = crop & (keep[:, None] if axis == 0 else keep[None, :])
+    crop = synth._shift(crop, dy, dx)
+    for _ in range(steps):
+        crop = synth._erode(crop) if erode else synth._dilate(crop)
+    return cy0, cx0, crop if crop.any() else original
+
+
+def shape_over(rng, box, height, width):
+    """A rectangle or ellipse (y0, x0, bool crop) of 40-130 % of a box's size, its centre within
+    half the box's size of the box's centre: a false positive over (part of) a true segment."""
+    y0, x0, y1, x1 = box
+    h = min(height, max(4, int((y1 - y0) * rng.uniform(0.4, 1.3))))
+    w = min(width, max(4, int((x1 - x0) * rng.uniform(0.4, 1.3))))
+    cy = (y0 + y1) / 2 + rng.uniform(-0.5, 0.5) * (y1 - y0)
+    cx = (x0 + x1) / 2 + rng.uniform(-0.5, 0.5) * (x1 - x0)
+    top = min(max(0, int(cy - h / 2)), height - h)
+    left = min(max(0, int(cx - w / 2)), width - w)
+    if rng.random() < 0.5:
+        yy, xx = np.ogrid[:h, :w]
+        crop = ((yy + 0.5 - h / 2) / (h / 2)) ** 2 + ((xx + 0.5 - w / 2) / (w / 2)) ** 2 <= 1
+    else:
+        crop = np.ones((h, w), bool)
+    return top, left, crop
+
+
+OVERLAP_DUPLICATES = 0.5  # overlap workload, of n_masks: duplicates and near-duplicates of large regions
+OVERLAP_FREE = 0.05  # of n_masks: false positives anywhere; the rest are false positives over GT segments
+OVERLAP_KINDS = {"exact": 0.1, "morph": 0.35, "crop": 0.2, "shift": 0.15, "merge": 0.2}
+LARGE_REGION = 0.015  # of the image area: a GT segment at least this large is copied often
+
+
+def simulate_overlap_prediction(rng, vocab, params, label, categories, boxes, relations):
+    """The overlap workload's prediction: (instances, triplets, ng_triplets, masks (P, H, W)
+    bool). A close copy of about 90 % of the GT segments; duplicates and near-duplicates of the
+    large segments (each picked with a probability proportional to its area, so the largest get
+    the most copies); false positives over GT segments (picked the same way), some with the
+    segment's category; a few false positives anywhere."""
+    height, width, n_masks = params["height"], params["width"], params["n_masks"]
+    n_gt = len(categories)
+    areas = np.bincount(label.ravel(), minlength=n_gt + 1)[1:].astype(float)
+    large = areas * (areas >= LARGE_REGION * height * width)
+    weights = (large if large.any() else areas) / (large if large.any() else areas).sum()
+    cover = areas / areas.sum()
+    specs = []  # (GT source or -1, category, score, (y0, x0, crop), primary copy?)
+    primary_shape = {}
+    for g in range(n_gt):
+        if rng.random() < 0.9 and len(specs) < n_masks:
+            quality = "poor" if rng.random() < 0.1 else "good"
+            shape = noisy_copy(rng, label, g, boxes[g], quality)
+            category = vocab.random_category(rng) if rng.random() < 0.08 else categories[g]
+            specs.append((g, category, round(float(rng.uniform(0.4, 1.0)), 4), shape, True))
+            primary_shape[g] = shape
+    n_duplicates = min(n_masks - len(specs), round(OVERLAP_DUPLICATES * n_masks))
+    n_free = round(OVERLAP_FREE * n_masks)
+    kinds, kind_p = list(OVERLAP_KINDS), np.array(list(OVERLAP_KINDS.values()))
+    for _ in range(n_duplicates):
+        g = int(vocab.draw(rng, weights))
+        kind = kinds[vocab.draw(rng, kind_p)]
+        if kind == "exact" and g in primary_shape:
+            shape = primary_shape[g]
+        else:
+            y0, x0, y1, x1 = boxes[g]
+            near = [h for h in range(n_gt) if h != g and boxes[h][0] <= y1 and boxes[h][2] >= y0
+                    and boxes[h][1] <= x1 and boxes[h][3] >= x0]
+            neighbour = int(rng.choice(near)) if near else None
+            shape = near_duplicate(rng, label, g, boxes, "morph" if kind == "exact" else kind, neighbour)
+        category = categories[g] if rng.random() < 0.85 else vocab.random_category(rng)
+        specs.append((g, category, round(float(rng.uniform(0.2, 0.95)), 4), shape, False))
+    while len(specs) < n_masks - n_free:  # false positives over GT segments
+        g = int(vocab.draw(rng, cover))
+        roll = rng.random()
+        category = (categories[g] if roll < 0.4 else int(rng.choice(categories)) if roll < 0.7
+                    else vocab.random_category(rng))
+        specs.append((-1, category, round(float(rng.uniform(0.0, 0.8)), 4), shape_over(rng, boxes[g], height, width),
+                      False))
+    while len(specs) < n_masks:  # false positives anywhere
+        specs.append((-1, vocab.random_category(rng), round(float(rng.uniform(0.0, 0.7)), 4),
+                      random_shape(rng, height, width, 0.05, 0.4, 0.5), False))
+    specs = [specs[i] for i in rng.permutation(len(specs))]
+    n_triplets = round(params["n_triplets"] * rng.uniform(0.8, 1.2))
+    return finish_prediction(rng, vocab, specs, height, width, n_triplets, relations)
+
+
+def finish_prediction(rng, vocab, specs, height, width, n_triplets, relations):
+    """(instances, triplets, ng_triplets, masks (P, H, W) bool) from the mask specs."""
     masks = np.zeros((len(specs), height, width), bool)
     instances = []
     for i, (_, category, score, (y0, x0, crop), _) in enumerate(specs):
@@ -246,8 +413,44 @@ def simulate_prediction(rng, vocab, params, label, categories, boxes, relations)
     sources = np.array([spec[0] for spec in specs])
     scores = np.array([spec[2] for spec in specs])
     primary_of = {spec[0]: i for i, spec in enumerate(specs) if spec[4]}
-    triplets, ng_triplets = simulate_triplets(rng, vocab, params["n_triplets"], relations, sources, scores, primary_of)
+    triplets, ng_triplets = simulate_triplets(rng, vocab, n_triplets, relations, sources, scores, primary_of)
     return instances, triplets, ng_triplets, masks
+
+
+def overlap_statistics(masks_PHW):
+    """Pairwise statistics of one image's predicted masks: {pairs with IoU >= 0.5, pairs with
+    IoU in [0.3, 0.5), pairs that overlap at all, pairs whose IoU can reach 0.5 by their areas
+    and boxes (IoU <= m / (a + b - m), m = the least of the areas a, b and the boxes' overlap:
+    the pairs an evaluator must intersect to find those >= 0.5), mean mask area in pixels}."""
+    n = len(masks_PHW)
+    rows_PH, cols_PW = masks_PHW.any(axis=2), masks_PHW.any(axis=1)
+    areas = np.count_nonzero(masks_PHW.reshape(n, -1), axis=1).astype(np.int64)
+    boxes = np.zeros((n, 4), np.int64)  # y0, x0, y1, x1 (exclusive); zeros for an empty mask
+    for i in np.flatnonzero(areas):
+        ys, xs = np.flatnonzero(rows_PH[i]), np.flatnonzero(cols_PW[i])
+        boxes[i] = ys[0], xs[0], ys[-1] + 1, xs[-1] + 1
+    packed_PHB = np.packbits(masks_PHW, axis=2)
+    counts = {"pairs_iou_ge_0.5": 0, "pairs_iou_0.3_0.5": 0, "pairs_overlapping": 0, "pairs_candidates_0.5": 0}
+    for i in range(n - 1):
+        if not areas[i]:
+            continue
+        j = np.arange(i + 1, n)
+        rows = np.minimum(boxes[j, 2], boxes[i, 2]) - np.maximum(boxes[j, 0], boxes[i, 0])
+        cols = np.minimum(boxes[j, 3], boxes[i, 3]) - np.maximum(boxes[j, 1], boxes[i, 1])
+        touching = (rows > 0) & (cols > 0) & (areas[j] > 0)
+        j = j[touching]
+        if not len(j):
+            continue
+        most = np.minimum(np.minimum(areas[i], areas[j]), (rows * cols)[touching])
+        counts["pairs_candidates_0.5"] += int(np.count_nonzero(2 * most >= areas[i] + areas[j] - most))
+        y0, y1 = boxes[i, 0], boxes[i, 2]
+        inter = np.bitwise_count(packed_PHB[j, y0:y1] & packed_PHB[i, y0:y1]).sum(axis=(1, 2), dtype=np.int64)
+        union = areas[i] + areas[j] - inter
+        counts["pairs_overlapping"] += int(np.count_nonzero(inter))
+        counts["pairs_iou_ge_0.5"] += int(np.count_nonzero(2 * inter >= union))
+        low = STAT_IOU[0] * union <= inter
+        counts["pairs_iou_0.3_0.5"] += int(np.count_nonzero(low & (2 * inter < union)))
+    return {**counts, "mask_area": float(areas.mean()) if n else 0.0}
 
 
 def simulate_triplets(rng, vocab, n_triplets, relations, sources, scores, primary_of):
@@ -303,13 +506,13 @@ def simulate_triplets(rng, vocab, n_triplets, relations, sources, scores, primar
 
 def make_image(task):
     """Generate one test image: write its PNG; return (psg entry, prediction record without
-    masks, packed masks (P, ceil(H W / 8)) uint8, SGBench TIFF bytes)."""
+    masks, packed masks (P, ceil(H W / 8)) uint8, SGBench TIFF bytes, statistics)."""
     index, image_id, with_relations, forced_predicate, params, panoptic_dir = task
     vocab = _vocabulary(params)
     rng = np.random.default_rng([params["seed"], 1, index])
     height, width = params["height"], params["width"]
     categories, relations = gt_layout(rng, vocab, params, with_relations, forced_predicate)
-    label = paint_segments(rng, categories, vocab.n_things, height, width)
+    label = paint_segments(rng, categories, vocab.n_things, height, width, params["stuff_size"], params["thing_size"])
     ids = np.array([0] + synth.segment_ids(image_id, len(categories)), np.uint32)
     id_map = ids[label]
     rgb = np.stack([id_map & 255, (id_map >> 8) & 255, id_map >> 16], axis=-1).astype(np.uint8)
@@ -325,13 +528,15 @@ def make_image(task):
                         for (y0, x0, y1, x1), c in zip(boxes, categories)],
         "relations": relations,
     }
-    instances, triplets, ng_triplets, masks = simulate_prediction(rng, vocab, params, label, categories, boxes,
-                                                                  relations)
+    simulate = simulate_overlap_prediction if params["workload"] == "overlap" else simulate_prediction
+    instances, triplets, ng_triplets, masks = simulate(rng, vocab, params, label, categories, boxes, relations)
     record = {"id": image_id, "instances": instances, "triplets": triplets, "ng_triplets": ng_triplets}
     buffer = io.BytesIO()
     tifffile.imwrite(buffer, masks.astype(np.uint8), compression=tifffile.COMPRESSION.DEFLATE)  # as SGBench
     packed = np.packbits(masks.reshape(len(masks), -1), axis=1)
-    return entry, record, packed, buffer.getvalue()
+    statistics = {**overlap_statistics(masks), "gt_segments": len(categories), "gt_segment_area": float(areas.mean()),
+                  "gt_largest_area": float(areas.max()), "triplets": len(triplets)}
+    return entry, record, packed, buffer.getvalue(), statistics
 
 
 _VOCABULARY = {}
@@ -364,10 +569,10 @@ def train_entry(index, image_id, vocab, params):
 # ----------------------------------------------------------------------------- the whole workload
 
 
-def generate(out, n_images, workers=1, progress=None, **overrides):
+def generate(out, n_images, workers=1, progress=None, workload="default", **overrides):
     """Write the workload to ``out`` (replacing what is there); returns the stamp dict."""
     start = time.perf_counter()
-    params = {**DEFAULTS, **overrides, "n_images": n_images, "n_no_relations": no_relation_images(n_images)}
+    params = workload_params(workload, n_images, **overrides)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -381,12 +586,13 @@ def generate(out, n_images, workers=1, progress=None, **overrides):
     forced = {i: p for p, i in enumerate(evaluated[:vocab.n_predicates])} if n_images >= vocab.n_predicates else {}
     tasks = [(i, image_ids[i], i not in without, forced.get(i), params, str(out / "panoptic")) for i in range(n_test)]
 
-    entries, sgbench_records = [], []
+    entries, sgbench_records, statistics = [], [], []
     height, width = params["height"], params["width"]
     with zipfile.ZipFile(out / "sgbench.zip", "w") as sgbench_zip:
         def records(results):
-            for done, (entry, record, packed, tiff_bytes) in enumerate(results, 1):
+            for done, (entry, record, packed, tiff_bytes, image_statistics) in enumerate(results, 1):
                 entries.append(entry)
+                statistics.append(image_statistics)
                 sgbench_records.append(json.dumps({
                     "id": record["id"], "seg_filename": f"{record['id']}.tiff", "annotation": record["instances"],
                     "triplets": record["triplets"], "ng_triplets": record["ng_triplets"]}))
@@ -410,9 +616,33 @@ def generate(out, n_images, workers=1, progress=None, **overrides):
     psg = {"data": entries, "thing_classes": things, "stuff_classes": stuff, "predicate_classes": predicates,
            "test_image_ids": [image_ids[i] for i in range(n_test)]}
     (out / "psg.json").write_text(json.dumps(psg))
-    stamp = {**stamp_for(params), "generation": {"seconds": round(time.perf_counter() - start, 1), "workers": workers}}
+    stamp = {**stamp_for(params), "statistics": summarise_statistics(statistics, params),
+             "generation": {"seconds": round(time.perf_counter() - start, 1), "workers": workers}}
     (out / "stamp.json").write_text(json.dumps(stamp, indent=1) + "\n")
     return stamp
+
+
+def summarise_statistics(per_image, params):
+    """Means per test image (all test images with a prediction) of the per-image statistics;
+    areas also as percentages of the image."""
+    means = {key: round(float(np.mean([s[key] for s in per_image])), 2) for key in per_image[0]}
+    pixels = params["height"] * params["width"]
+    return {"images": len(per_image), "per_image_mean": means,
+            "mask_area_percent": round(100 * means["mask_area"] / pixels, 2),
+            "gt_segment_area_percent": round(100 * means["gt_segment_area"] / pixels, 2)}
+
+
+def describe_statistics(stamp):
+    """One line: the statistics of a stamp, for reports."""
+    s = stamp.get("statistics")
+    if not s:
+        return "no statistics in the stamp"
+    m = s["per_image_mean"]
+    return (f"per image: {m['pairs_iou_ge_0.5']:.1f} predicted mask pairs with IoU >= 0.5, "
+            f"{m['pairs_iou_0.3_0.5']:.1f} in [0.3, 0.5), {m['pairs_candidates_0.5']:.1f} whose areas and boxes "
+            f"allow IoU >= 0.5, {m['pairs_overlapping']:.1f} overlapping; mean mask {s['mask_area_percent']:.1f} % "
+            f"of the image, GT segment {s['gt_segment_area_percent']:.1f} % ({m['gt_segments']:.1f} per image); "
+            f"{m['triplets']:.0f} triplets")
 
 
 def stamp_for(params):
@@ -421,29 +651,31 @@ def stamp_for(params):
     return {"params": params, "generator_sha256": hashlib.sha256(source).hexdigest()[:16]}
 
 
-def ensure(out, n_images, workers=1, progress=None, **overrides):
+def ensure(out, n_images, workers=1, progress=None, workload="default", **overrides):
     """Generate the workload unless ``out`` holds one with the same parameters and generator.
     Returns (stamp, seconds spent now: None when cached). The stamp also records how long the
     generation took and with how many processes."""
     out = Path(out)
-    params = {**DEFAULTS, **overrides, "n_images": n_images, "n_no_relations": no_relation_images(n_images)}
+    params = workload_params(workload, n_images, **overrides)
     names = ("psg.json", "sgbench.zip", "compact.zip", "stamp.json")
     if all((out / name).is_file() for name in names):
         saved = json.loads((out / "stamp.json").read_text())
         if {key: saved.get(key) for key in ("params", "generator_sha256")} == stamp_for(params):
             return saved, None
-    stamp = generate(out, n_images, workers=workers, progress=progress, **overrides)
+    stamp = generate(out, n_images, workers=workers, progress=progress, workload=workload, **overrides)
     return stamp, stamp["generation"]["seconds"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=2177, help="evaluated test images (default 2177)")
-    parser.add_argument("--out", help="output folder (default bench/data/<images>)")
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="default",
+                        help="default (bench/data/<images>) or overlap (bench/data/overlap-<images>)")
+    parser.add_argument("--out", help="output folder (default bench/data/<images> or bench/data/<workload>-<images>)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--force", action="store_true", help="regenerate even when the stamp matches")
     args = parser.parse_args()
-    out = Path(args.out or ROOT / "bench" / "data" / str(args.images))
+    out = Path(args.out or default_dir(args.workload, args.images))
     if args.force and (out / "stamp.json").exists():
         (out / "stamp.json").unlink()
 
@@ -451,8 +683,9 @@ def main():
         if done % 100 == 0 or done == total:
             print(f"generating: {done}/{total} images", file=sys.stderr)
 
-    _, seconds = ensure(out, args.images, workers=args.workers, progress=progress)
+    stamp, seconds = ensure(out, args.images, workers=args.workers, progress=progress, workload=args.workload)
     print(f"{out}: " + ("up to date" if seconds is None else f"generated in {seconds:.1f} s"))
+    print(f"{args.workload} workload, {describe_statistics(stamp)}")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,31 @@
-"""``make bench``: time sgeval against SGBench 1.0 and the decode floor on a PSG-scale workload.
+"""``make bench``: time sgeval against SGBench 1.0 and the library floor on PSG-scale workloads.
 
-    python bench/run.py [--images 2177 | --quick] [--runs 3] [--workers 1,2]
+    python bench/run.py [--images 2177 | --quick] [--runs 3] [--workers 1,2] [--workload both]
 
-1. Generates the workload once (``bench/make_workload.py``, cached under ``bench/data/<n>/``).
+1. Generates the workloads once (``python -m bench.make_workload``, cached under
+   ``bench/data/<n>/`` for the default workload and ``bench/data/overlap-<n>/`` for the
+   overlap-heavy one).
 2. Creates ``bench/.venv-sgbench`` once (``pip install 'sgbench[all]==1.0.0'``: its own numpy<2).
-3. Measures ``--help`` (median of 5) and a first sgeval run with an empty JIT cache, (c) then (b).
-4. For every run and worker count, runs as child processes, interleaved:
+3. Measures ``--help`` (median of 5) and a first sgeval run with an empty JIT cache, (c) then (b)
+   (on the first workload: the default one unless only ``overlap`` is asked for), and which
+   library inflater is fastest on each prediction file (``bench.decode_floor --compare-inflaters``);
+   runs (c) and (b) once untimed, so that the JIT cache is filled.
+4. For every workload, run and worker count, runs as child processes, interleaved:
    (a) ``python -m sgbench psg.json sgbench.zip --gt-masks panoptic --workers W'`` (W' = 0, i.e.
        in-process, for W = 1; a Pool of W otherwise),
    (b) ``sgeval.py --pred sgbench.zip --workers W``, (c) ``sgeval.py --pred compact.zip ...``,
-   (d) ``decode_floor.py --pred sgbench.zip --workers W`` (zlib-ng, PNG image data inflated only),
-   (e) the same on compact.zip, (f) (c) with ``--no-audit``, (g) the floor on sgbench.zip as the
-   issue first measured it (libdeflate, PNGs decoded by PIL);
+   (d) ``python -m bench.decode_floor --pred sgbench.zip --workers W`` (the library floor:
+   tifffile + the fastest inflater for the masks, ``imagecodecs.png_decode`` for the GT),
+   (e) the same on compact.zip, (f) (c) with ``--no-audit``;
    and reports medians of wall and CPU time, ms per evaluated image and memory (see
    ``bench/README.md`` for what the memory columns mean).
-5. Prints the table and the ratios, and writes everything to ``bench/results/<n>.json``.
+5. Prints a table per workload with the ratios and the targets, and writes everything to
+   ``bench/results/<n>.json`` (default workload) and ``bench/results/overlap-<n>.json``.
 
 sgeval.py is used only through its command line, and this script imports nothing but the standard
 library: the children it measures are spawned from a small process, whose size cannot leak into
-their peak RSS (Linux counts the pre-exec memory of a spawned child in its ru_maxrss).
+their peak RSS (Linux counts the pre-exec memory of a spawned child in its ru_maxrss). Every child
+runs with the repository root as its working directory (``-m bench.…`` finds the checkout there).
 """
 
 from __future__ import annotations
@@ -43,17 +50,33 @@ SGEVAL = ROOT / "sgeval.py"
 SGBENCH_VENV = BENCH / ".venv-sgbench"
 SGBENCH_REQUIREMENT = "sgbench[all]==1.0.0"
 QUICK_IMAGES, FULL_IMAGES = 200, 2177
+WORKLOADS = ("default", "overlap")
 TOOLS = {
     "a": "sgbench 1.0.0, sgbench.zip",
     "b": "sgeval, sgbench.zip",
     "c": "sgeval, compact.zip",
-    "d": "decode floor, sgbench.zip",
-    "e": "decode floor, compact.zip",
+    "d": "library floor, sgbench.zip",
+    "e": "library floor, compact.zip",
     "f": "sgeval --no-audit, compact.zip",
-    "g": "old floor, sgbench.zip",
 }
-RATIOS = [("a", "b", ">= 2.0 at W=2"), ("a", "c", ">= 10"), ("b", "d", "<= 1.3"), ("c", "e", "(no target)"),
-          ("a", "f", "(no target)"), ("b", "g", "(the floor as first measured)")]
+# Targets (the issue): at 2,177 images and W = 2; (a)/(b) and (a)/(c) per workload.
+SPEEDUP_TARGETS = {"default": {"b": 8.0, "c": 12.0}, "overlap": {"b": 6.0, "c": 10.0}}
+FLOOR_TARGET = 1.5  # (c)/(e): sgeval on the compact file within 1.5x of the library floor, audit included
+JIT_TARGET_S, HELP_TARGET_S, MAIN_RSS_TARGET_MIB = 3.0, 0.5, 300.0
+FLAT_TOLERANCE = 0.10  # "flat from 200 to 2,177 images": main-process peak grows by at most 10 %
+TARGET_W = 2
+
+
+def ratios(workload):
+    """(x, y, target text, test of the value or None) of the ratios reported for a workload."""
+    speedup = SPEEDUP_TARGETS[workload]
+    return [("a", "b", f">= {speedup['b']:g} at W={TARGET_W}", lambda v: v >= speedup["b"]),
+            ("a", "c", f">= {speedup['c']:g} at W={TARGET_W}", lambda v: v >= speedup["c"]),
+            ("c", "e", f"<= {FLOOR_TARGET:g} at W={TARGET_W}", lambda v: v <= FLOOR_TARGET),
+            ("c", "b", f"< 1 at W={TARGET_W} (compact faster end to end)", lambda v: v < 1.0),
+            ("b", "d", "(no target)", None),
+            ("f", "e", "(no target: without the audit)", None),
+            ("a", "f", "(no target)", None)]
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -82,22 +105,38 @@ def _rss_pss_kib(pid):
         return 0, 0
 
 
-class TreeSampler(threading.Thread):
-    """Samples the summed RSS and PSS of a process tree every `interval` seconds; keeps the peaks."""
+def _hwm_kib(pid):
+    """VmHWM (the peak resident set so far) of one process; 0 once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return next((int(line.split()[1]) for line in handle if line.startswith("VmHWM:")), 0)
+    except (OSError, ValueError):
+        return 0
 
-    def __init__(self, pid, interval=0.1):
+
+class TreeSampler(threading.Thread):
+    """Samples the summed RSS and PSS of a process tree every `interval` seconds and keeps the
+    peaks; reads the top process's own VmHWM every `hwm_interval` seconds (its peak RSS, missing
+    only growth in its last `hwm_interval` before exit)."""
+
+    def __init__(self, pid, interval=0.1, hwm_interval=0.02):
         super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peak_rss_kib = self.peak_pss_kib = self.peak_processes = 0
+        self.pid, self.interval, self.hwm_interval = pid, interval, hwm_interval
+        self.peak_rss_kib = self.peak_pss_kib = self.peak_processes = self.main_hwm_kib = 0
         self.done = threading.Event()
 
     def run(self):
+        next_tree = 0.0
         while not self.done.is_set():
-            pids = _tree(self.pid)
-            rss, pss = (sum(values) for values in zip(*map(_rss_pss_kib, pids)))
-            self.peak_rss_kib, self.peak_pss_kib = max(self.peak_rss_kib, rss), max(self.peak_pss_kib, pss)
-            self.peak_processes = max(self.peak_processes, len(pids))
-            self.done.wait(self.interval)
+            self.main_hwm_kib = max(self.main_hwm_kib, _hwm_kib(self.pid))
+            now = time.monotonic()
+            if now >= next_tree:
+                next_tree = now + self.interval
+                pids = _tree(self.pid)
+                rss, pss = (sum(values) for values in zip(*map(_rss_pss_kib, pids)))
+                self.peak_rss_kib, self.peak_pss_kib = max(self.peak_rss_kib, rss), max(self.peak_pss_kib, pss)
+                self.peak_processes = max(self.peak_processes, len(pids))
+            self.done.wait(self.hwm_interval)
 
 
 def busy_cpu_s():
@@ -108,12 +147,13 @@ def busy_cpu_s():
 
 
 def measure(command, env):
-    """Run a command; wall time, CPU time and peak memory of it and its (reaped) descendants, and
-    the CPU time the rest of the machine used meanwhile (other processes, this script's sampler)."""
+    """Run a command (in the repository root); wall time, CPU time and peak memory of it and its
+    (reaped) descendants, and the CPU time the rest of the machine used meanwhile (other
+    processes, this script's sampler)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         busy_before = busy_cpu_s()
         start = time.perf_counter()
-        process = subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env)
+        process = subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=ROOT)
         sampler = TreeSampler(process.pid)
         sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
@@ -127,6 +167,7 @@ def measure(command, env):
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
             "sys_s": usage.ru_stime, "other_cpu_s": other_cpu, "max_rss_mib": usage.ru_maxrss / 1024,
+            "main_rss_mib": sampler.main_hwm_kib / 1024,
             "tree_rss_mib": sampler.peak_rss_kib / 1024, "tree_pss_mib": sampler.peak_pss_kib / 1024,
             "processes": sampler.peak_processes, "returncode": process.returncode,
             "stdout": stdout, "stderr": stderr}
@@ -171,7 +212,7 @@ def machine():
 
 def source_state():
     def git(*args):
-        result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return result.stdout.strip() if result.returncode == 0 else None
 
     return {"git_head": git("rev-parse", "--short", "HEAD"),
@@ -190,28 +231,58 @@ def warm_page_cache(data):
                 pass
 
 
-def jit_cache_files():
-    cache = SGEVAL.parent / "__pycache__"
-    return sorted(cache.glob("sgeval*.nbi")) + sorted(cache.glob("sgeval*.nbc"))
+def data_dir(workload, n_images):
+    """Where bench/make_workload.py writes a workload (its default_dir)."""
+    return BENCH / "data" / (str(n_images) if workload == "default" else f"{workload}-{n_images}")
+
+
+def results_path(workload, n_images):
+    return BENCH / "results" / (f"{n_images}.json" if workload == "default" else f"{workload}-{n_images}.json")
+
+
+def prepare_workload(workload, n_images, generation_workers):
+    """Generate the workload unless cached; (data dir, stamp, seconds spent now or None)."""
+    data = data_dir(workload, n_images)
+    stamp_path = data / "stamp.json"
+    before = stamp_path.stat().st_mtime_ns if stamp_path.exists() else None
+    subprocess.run([sys.executable, "-m", "bench.make_workload", "--images", str(n_images), "--workload", workload,
+                    "--out", data, "--workers", str(generation_workers)], check=True, cwd=ROOT)
+    stamp = json.loads(stamp_path.read_text())
+    generated_s = None if stamp_path.stat().st_mtime_ns == before else stamp["generation"]["seconds"]
+    return data, stamp, generated_s
+
+
+def fastest_inflaters(data, env):
+    """{layout: decode_floor --compare-inflaters result} on the first 100 images of each file."""
+    found = {}
+    for layout in ("sgbench.zip", "compact.zip"):
+        result = subprocess.run([sys.executable, "-m", "bench.decode_floor", "--pred", data / layout,
+                                 "--compare-inflaters"], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+        found[layout] = json.loads(result.stdout)
+    return found
 
 
 # ----------------------------------------------------------------------------- the benchmark
 
 
-def commands(data, sgbench_python, workers, output):
-    """The measured commands for one worker count."""
+def commands(data, sgbench_python, workers, output, codecs=None):
+    """The measured commands for one worker count. codecs: {layout: inflater} for the floor."""
+    codecs = codecs or {}
     psg, panoptic = data / "psg.json", data / "panoptic"
     sgeval = [sys.executable, SGEVAL, "--gt", psg, "--gt-seg", panoptic, "--workers", workers, "--quiet"]
-    floor = [sys.executable, BENCH / "decode_floor.py", "--gt", psg, "--gt-seg", panoptic, "--workers", workers]
+    floor = [sys.executable, "-m", "bench.decode_floor", "--gt", psg, "--gt-seg", panoptic, "--workers", workers]
+
+    def codec(layout):
+        return ["--codec", codecs[layout]] if layout in codecs else []
+
     return {
         "a": [sgbench_python, "-m", "sgbench", psg, data / "sgbench.zip", "--gt-masks", panoptic,
               "--workers", 0 if workers == 1 else workers],
         "b": sgeval + ["--pred", data / "sgbench.zip", "--output", output / f"b{workers}.json"],
         "c": sgeval + ["--pred", data / "compact.zip", "--output", output / f"c{workers}.json"],
-        "d": floor + ["--pred", data / "sgbench.zip"],
-        "e": floor + ["--pred", data / "compact.zip"],
+        "d": floor + ["--pred", data / "sgbench.zip", *codec("sgbench.zip")],
+        "e": floor + ["--pred", data / "compact.zip", *codec("compact.zip")],
         "f": sgeval + ["--pred", data / "compact.zip", "--no-audit", "--output", output / f"f{workers}.json"],
-        "g": floor + ["--pred", data / "sgbench.zip", "--codec", "libdeflate", "--png", "pil"],
     }
 
 
@@ -220,7 +291,7 @@ def run_order(run):
     with (e)), the two swapped every other run so that a drift of the machine's speed during a run
     biases neither; SGBench, by far the longest, last."""
     pairs = [("b", "d"), ("c", "e")] if run % 2 else [("d", "b"), ("e", "c")]
-    return [tool for pair in pairs for tool in pair] + ["f", "g", "a"]
+    return [tool for pair in pairs for tool in pair] + ["f", "a"]
 
 
 def parse_sgbench(stdout):
@@ -244,22 +315,38 @@ def summarise(samples, n_images):
             "wall_max_s": max(walls), "cpu_s": statistics.median(s["cpu_s"] for s in ok),
             "other_cpu_s": statistics.median(s["other_cpu_s"] for s in ok),
             "ms_per_image": 1000 * wall / n_images, "max_rss_mib": max(s["max_rss_mib"] for s in ok),
+            "main_rss_mib": max(s["main_rss_mib"] for s in ok),
             "tree_rss_mib": max(s["tree_rss_mib"] for s in ok), "tree_pss_mib": max(s["tree_pss_mib"] for s in ok),
             "processes": max(s["processes"] for s in ok),
-            "sgeval_versions": sorted({s["sgeval_sha256"] for s in ok if "sgeval_sha256" in s})}
+            "sgeval_versions": sorted({s["sgeval_sha256"] for s in ok if "sgeval_sha256" in s}),
+            "stdout": ok[0]["stdout"][-500:]}
 
 
-def run_benchmark(n_images, runs, worker_counts, generation_workers):
-    data = BENCH / "data" / str(n_images)
-    stamp_path = data / "stamp.json"
-    before = stamp_path.stat().st_mtime_ns if stamp_path.exists() else None
-    subprocess.run([sys.executable, BENCH / "make_workload.py", "--images", str(n_images), "--out", data,
-                    "--workers", str(generation_workers)], check=True)
-    stamp = json.loads(stamp_path.read_text())
-    generated_s = None if stamp_path.stat().st_mtime_ns == before else stamp["generation"]["seconds"]
-    sgbench_python = ensure_sgbench_venv()
-    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+def measure_startup(data, sgbench_python, env, output):
+    """--help (median of 5) and a first W=1 run of (c), then (b), each with an empty JIT cache: a
+    fresh NUMBA_CACHE_DIR, so numba compiles everything and caches it there, and the JIT cache
+    beside sgeval.py (which other runs on this machine may be using) is left alone."""
+    help_walls = [measure([sys.executable, SGEVAL, "--help"], env)["wall_s"] for _ in range(5)]
+    startup = {"help_wall_s": statistics.median(help_walls), "jit_cold": {}}
+    print(f"sgeval --help {startup['help_wall_s']:.2f} s", file=sys.stderr)
+    for tool in ("c", "b"):
+        with tempfile.TemporaryDirectory(prefix="sgeval-jit-") as cache:
+            cold = measure(commands(data, sgbench_python, 1, output)[tool], {**env, "NUMBA_CACHE_DIR": cache})
+            written = sum(1 for path in Path(cache).rglob("*") if path.suffix in (".nbi", ".nbc"))
+        startup["jit_cold"][tool] = {"wall_s": cold["wall_s"], "cpu_s": cold["cpu_s"], "returncode": cold["returncode"],
+                                     "cache_files_written": written}
+        print(f"first ({tool}) W=1 run with an empty JIT cache {cold['wall_s']:.1f} s ({written} cache files written)",
+              file=sys.stderr)
+    return startup
+
+
+def run_benchmark(workload, prepared, sgbench_python, runs, worker_counts, env, startup=None):
+    """Everything for one workload; startup: the --help / empty-JIT-cache results measured on an
+    earlier workload (None: measure them here)."""
+    data, stamp, generated_s = prepared
+    n_images = stamp["params"]["n_images"]
     results = {
+        "workload_name": workload,
         "machine": machine(), "source_at_start": source_state(),
         "workload": {**stamp, "dir": str(data.relative_to(ROOT)), "generated_now_s": generated_s,
                      "sizes_mib": {name: (data / name).stat().st_size / 2**20
@@ -270,41 +357,37 @@ def run_benchmark(n_images, runs, worker_counts, generation_workers):
         "runs": runs, "worker_counts": worker_counts,
     }
     warm_page_cache(data)
+    results["inflaters"] = fastest_inflaters(data, env)
+    codecs = {layout: found["fastest"] for layout, found in results["inflaters"].items()}
+    print(f"{workload}: fastest inflater " + ", ".join(
+        f"{layout} {found['fastest']} (" + ", ".join(f"{c} {ms:.2f}" for c, ms in found["ms_per_image"].items())
+        + " ms/img)" for layout, found in results["inflaters"].items()), file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="sgeval-bench-") as scratch:
         output = Path(scratch)
-        help_walls = [measure([sys.executable, SGEVAL, "--help"], env)["wall_s"] for _ in range(5)]
-        results["help_wall_s"] = statistics.median(help_walls)
-        # a first run with an empty JIT cache, on each layout (they compile different kernels:
-        # uint8 pages need the run decoder, 1-bit pages do not)
-        results["jit_cold"] = {}
-        for tool in ("c", "b"):
-            removed = jit_cache_files()
-            for path in removed:
-                path.unlink(missing_ok=True)
-            cold = measure(commands(data, sgbench_python, 1, output)[tool], env)
-            results["jit_cold"][tool] = {"removed_cache_files": len(removed), "wall_s": cold["wall_s"],
-                                         "cpu_s": cold["cpu_s"], "returncode": cold["returncode"],
-                                         "cache_files_after": len(jit_cache_files())}
-            print(f"first ({tool}) W=1 run with an empty JIT cache ({len(removed)} files removed) "
-                  f"{cold['wall_s']:.1f} s", file=sys.stderr)
-        print(f"sgeval --help {results['help_wall_s']:.2f} s", file=sys.stderr)
+        if startup is None:
+            startup = {**measure_startup(data, sgbench_python, env, output), "measured_on": workload}
+            results["startup_here"] = True
+        results["startup"] = startup
+        # untimed: fills the JIT cache beside sgeval.py (the empty-cache runs above cached elsewhere)
+        # so that no timed run compiles
+        results["warm_up_wall_s"] = {tool: measure(commands(data, sgbench_python, 1, output)[tool], env)["wall_s"]
+                                     for tool in ("c", "b")}
 
         samples = {(w, tool): [] for w in worker_counts for tool in TOOLS}
         outputs = {}
         for run in range(1, runs + 1):
             for workers in worker_counts:
-                todo = commands(data, sgbench_python, workers, output)
+                todo = commands(data, sgbench_python, workers, output, codecs)
                 for tool in run_order(run):
-                    command = todo[tool]
                     version = sgeval_sha256() if tool in "bcf" else None  # sgeval.py may be edited meanwhile
-                    sample = measure(command, env)
+                    sample = measure(todo[tool], env)
                     if version:
                         sample["sgeval_sha256"] = version
                     samples[workers, tool].append(sample)
                     state = "" if sample["returncode"] == 0 else f"  FAILED (exit {sample['returncode']})"
-                    print(f"run {run}/{runs}  W={workers}  ({tool}) {TOOLS[tool]:<30} {sample['wall_s']:7.2f} s"
-                          f"{state}", file=sys.stderr)
+                    print(f"{workload} run {run}/{runs}  W={workers}  ({tool}) {TOOLS[tool]:<30} "
+                          f"{sample['wall_s']:7.2f} s{state}", file=sys.stderr)
                     if sample["returncode"] != 0:
                         print(sample["stderr"][-2000:], file=sys.stderr)
                     elif run == 1 and tool in "bcf":
@@ -315,18 +398,22 @@ def run_benchmark(n_images, runs, worker_counts, generation_workers):
     results["source_at_end"] = source_state()
     results["measurements"] = {f"W={w} ({tool})": summarise(samples[w, tool], n_images)
                                for w in worker_counts for tool in TOOLS}
-    for tool, cold in results["jit_cold"].items():
-        warm = results["measurements"].get(f"W=1 ({tool})", {}).get("wall_s")
-        if warm is not None and cold["returncode"] == 0:
-            cold["warm_median_wall_s"] = warm
-            cold["added_s"] = cold["wall_s"] - warm
+    results["floor_codecs"] = codecs
+    if results.get("startup_here"):
+        for tool, cold in startup["jit_cold"].items():
+            warm = results["measurements"].get(f"W=1 ({tool})", {}).get("wall_s")
+            if warm is not None and cold["returncode"] == 0:
+                cold["warm_median_wall_s"] = warm
+                cold["added_s"] = cold["wall_s"] - warm
     results["ratios"] = {f"({x})/({y})": {f"W={w}": _ratio(results, w, x, y) for w in worker_counts}
-                         for x, y, _ in RATIOS}
+                         for x, y, _, _ in ratios(workload)}
     results["checks"] = checks(outputs, worker_counts)
     first = outputs.get((worker_counts[0], "c")) or outputs.get((worker_counts[0], "b"))
     results["metrics"] = {"sgeval (unique protocol)": first["metrics"] if first else None,
+                          "sgeval protocol audit (per image mean)":
+                              (first.get("protocol_audit") or {}).get("per_image_mean") if first else None,
                           "sgbench": outputs.get((worker_counts[0], "a"))}
-    return results
+    return results, startup
 
 
 def _ratio(results, workers, x, y):
@@ -348,16 +435,34 @@ def checks(outputs, worker_counts):
 # ----------------------------------------------------------------------------- report
 
 
+def _verdict(ok):
+    return "n/a" if ok is None else "ok" if ok else "MISSED"
+
+
+def describe_statistics(stamp):
+    """The workload's predicted-mask statistics (bench/make_workload.py's summarise_statistics)."""
+    s = stamp.get("statistics")
+    if not s:
+        return "no mask statistics in the stamp"
+    m = s["per_image_mean"]
+    return (f"predicted masks per image: {m['pairs_iou_ge_0.5']:.1f} pairs with IoU >= 0.5, "
+            f"{m['pairs_iou_0.3_0.5']:.1f} in [0.3, 0.5), {m['pairs_candidates_0.5']:.1f} whose areas and boxes allow "
+            f"IoU >= 0.5; mean mask {s['mask_area_percent']:.1f} % of the image, mean GT segment "
+            f"{s['gt_segment_area_percent']:.1f} % ({m['gt_segments']:.1f} per image), {m['triplets']:.0f} triplets")
+
+
 def report(results):
     m, workload = results["machine"], results["workload"]
     params = workload["params"]
+    name = results["workload_name"]
     lines = [
-        f"sgeval bench: {params['n_images']} evaluated images (+{params['n_no_relations']} test images without "
-        f"relations, {params['n_train']} training entries), {params['width']}x{params['height']}, "
-        f"{params['n_masks']} masks and {params['n_triplets']} triplets per image",
+        (f"== workload {name}: {params['n_images']} evaluated images (+{params['n_no_relations']} test images "
+         f"without relations, {params['n_train']} training entries), {params['width']}x{params['height']}, "
+         f"{params['n_masks']} masks and ~{params['n_triplets']} triplets per image"),
+        describe_statistics(workload),
         f"workload {workload['dir']}: generated in {workload['generation']['seconds']:.0f} s with "
         f"{workload['generation']['workers']} processes" + (" (cached)" if workload["generated_now_s"] is None else "")
-        + "; " + ", ".join(f"{name} {size:.1f} MiB" for name, size in workload["sizes_mib"].items())
+        + "; " + ", ".join(f"{file} {size:.1f} MiB" for file, size in workload["sizes_mib"].items())
         + f", panoptic PNGs {workload['panoptic_mib']:.1f} MiB",
         f"machine: {m['cpu_model']}, nproc {m['nproc']} ({m['cpus_usable']} usable), {m['memory_gib']} GiB, "
         f"Python {m['python']}; {m['date']}; OPENBLAS_CORETYPE "
@@ -368,38 +473,39 @@ def report(results):
            else f" -- CHANGED during the run, now {results['source_at_end']['sgeval_sha256']}"),
         "versions: sgbench venv " + ", ".join(f"{k} {v}" for k, v in results["versions"]["sgbench_venv"].items())
         + "; sgeval venv " + ", ".join(f"{k} {v}" for k, v in results["versions"]["sgeval_venv"].items()),
+        "library floor inflater (fastest of "
+        + "; ".join(f"{layout}: " + ", ".join(f"{c} {ms:.2f}" for c, ms in found["ms_per_image"].items())
+                    + " ms/img" for layout, found in results["inflaters"].items())
+        + "): " + ", ".join(f"{layout} {codec}" for layout, codec in results["floor_codecs"].items()),
         "",
-        f"median of {results['runs']} runs{'':<29}wall s  spread   cpu s  other  ms/img  maxRSS MiB  tree RSS  tree PSS",
+        (f"median of {results['runs']} runs{'':<29}wall s  spread   cpu s  other  ms/img  maxRSS MiB  main RSS"
+         "  tree RSS  tree PSS"),
     ]
     for w in results["worker_counts"]:
-        for tool, name in TOOLS.items():
+        for tool, label_text in TOOLS.items():
             s = results["measurements"][f"W={w} ({tool})"]
-            label = f"{'W=' + str(w) if tool == 'a' else '':<4} ({tool}) {name:<30}"
+            label = f"{'W=' + str(w) if tool == 'a' else '':<4} ({tool}) {label_text:<30}"
             if "wall_s" not in s:
                 lines.append(f"{label}  FAILED: {s['stderr'].strip().splitlines()[-1] if s['stderr'].strip() else ''}")
                 continue
             spread = 100 * (s["wall_max_s"] - s["wall_min_s"]) / s["wall_s"]
             lines.append(f"{label} {s['wall_s']:8.2f} {spread:6.0f}% {s['cpu_s']:7.2f} {s['other_cpu_s']:6.2f} "
-                         f"{s['ms_per_image']:7.1f} "
-                         f"{s['max_rss_mib']:11.0f} {s['tree_rss_mib']:9.0f} {s['tree_pss_mib']:9.0f}")
+                         f"{s['ms_per_image']:7.1f} {s['max_rss_mib']:11.0f} {s['main_rss_mib']:9.0f} "
+                         f"{s['tree_rss_mib']:9.0f} {s['tree_pss_mib']:9.0f}")
     mixed = [key for key, s in results["measurements"].items() if len(s.get("sgeval_versions", ())) > 1]
     if mixed:
         lines.append("warning: sgeval.py changed between runs of " + ", ".join(mixed) + "; their medians mix versions")
     lines += ["", "ratios of median wall time      " + "".join(f"{'W=' + str(w):>8}" for w in results["worker_counts"])
               + "   target"]
-    for x, y, target in RATIOS:
+    for x, y, target, test in ratios(name):
         values = results["ratios"][f"({x})/({y})"]
+        at_target = values.get(f"W={TARGET_W}")
+        verdict = f"  {_verdict(test(at_target) if at_target is not None else None)}" if test else ""
         lines.append(f"({x})/({y}){'':<24}" + "".join(
             f"{values[f'W={w}']:8.2f}" if values[f"W={w}"] else f"{'n/a':>8}" for w in results["worker_counts"])
-            + f"   {target}")
-    lines += ["", f"sgeval.py --help: {results['help_wall_s']:.2f} s wall (median of 5; target < 1 s)"]
-    for tool, jit in results["jit_cold"].items():
-        if "added_s" in jit:
-            lines.append(f"empty JIT cache ({jit['removed_cache_files']} cache files removed): first ({tool}) W=1 run "
-                         f"{jit['wall_s']:.2f} s vs warm median {jit['warm_median_wall_s']:.2f} s: "
-                         f"+{jit['added_s']:.2f} s (target <= 10 s)")
-        else:
-            lines.append(f"empty JIT cache: the first ({tool}) run failed (exit {jit['returncode']})")
+            + f"   {target}{verdict}")
+    lines.append("")
+    lines += startup_lines(results["startup"], here=results.get("startup_here", False))
     if results["checks"]:
         same = all(results["checks"].values())
         lines.append("sgeval metrics identical for both layouts and all worker counts: "
@@ -407,20 +513,82 @@ def report(results):
     return "\n".join(lines)
 
 
-def memory_scaling():
-    """Peak memory per workload size, from every results file present."""
-    rows = []
-    for path in sorted((BENCH / "results").glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
-        saved = json.loads(path.read_text())
+def startup_lines(startup, here=True):
+    where = "" if here else f" (measured on the {startup.get('measured_on')} workload)"
+    lines = [(f"sgeval.py --help: {startup['help_wall_s']:.2f} s wall (median of 5; target < {HELP_TARGET_S:g} s)  "
+              f"{_verdict(startup['help_wall_s'] < HELP_TARGET_S)}{where}")]
+    for tool, jit in startup["jit_cold"].items():
+        if "added_s" in jit:
+            lines.append(f"empty JIT cache ({jit['cache_files_written']} cache files written): first ({tool}) W=1 run "
+                         f"{jit['wall_s']:.2f} s vs warm median {jit['warm_median_wall_s']:.2f} s: "
+                         f"+{jit['added_s']:.2f} s (target <= {JIT_TARGET_S:g} s)  "
+                         f"{_verdict(jit['added_s'] <= JIT_TARGET_S)}{where}")
+            if not jit["cache_files_written"]:
+                lines.append("  warning: nothing was cached in NUMBA_CACHE_DIR: was the cache really empty?")
+        elif jit["returncode"] != 0:
+            lines.append(f"empty JIT cache: the first ({tool}) run failed (exit {jit['returncode']})")
+        else:
+            lines.append(f"empty JIT cache: first ({tool}) W=1 run {jit['wall_s']:.2f} s (no warm W=1 median to "
+                         "compare with)")
+    return lines
+
+
+def _load_results(workload):
+    """{n_images: saved results} of every results file of a workload."""
+    found = {}
+    for path in (BENCH / "results").glob("*.json"):
+        stem = path.stem
+        name, _, size = stem.rpartition("-") if "-" in stem else ("default", "", stem)
+        if name == workload and size.isdigit():
+            found[int(size)] = json.loads(path.read_text())
+    return dict(sorted(found.items()))
+
+
+def memory_scaling(workload):
+    """Peak memory per workload size, from every results file of the workload present."""
+    saved_by_size = _load_results(workload)
+    if not saved_by_size:
+        return ""
+    keys = ("W=1 (a)", "W=1 (b)", "W=1 (c)", "W=2 (b)", "W=2 (c)")
+    lines = [(f"peak memory of the {workload} workload in MiB per results file: maxRSS for W=1; "
+              "main-process RSS / tree PSS for W=2"),
+             "              " + "".join(f"{key:>12}" for key in keys)]
+    for n_images, saved in saved_by_size.items():
         cells = []
-        for key in ("W=1 (a)", "W=1 (b)", "W=1 (c)", "W=2 (b)", "W=2 (c)"):
+        for key in keys:
             s = saved["measurements"].get(key, {})
-            cells.append(f"{s['max_rss_mib']:.0f}/{s['tree_pss_mib']:.0f}" if "max_rss_mib" in s else "-")
-        rows.append(f"{saved['workload']['params']['n_images']:>6} images  " + "  ".join(f"{c:>10}" for c in cells)
-                    + f"   ({saved['machine']['date']})")
-    header = ("peak memory, max RSS / tree PSS in MiB, per results file:\n"
-              "                W=1 (a)     W=1 (b)     W=1 (c)     W=2 (b)     W=2 (c)")
-    return header + "\n" + "\n".join(rows) if rows else ""
+            if "max_rss_mib" not in s:
+                cells.append("-")
+            elif key.startswith("W=1"):
+                cells.append(f"{s['max_rss_mib']:.0f}")
+            else:
+                main = f"{s['main_rss_mib']:.0f}" if "main_rss_mib" in s else "?"
+                cells.append(f"{main}/{s['tree_pss_mib']:.0f}")
+        lines.append(f"{n_images:>6} images" + "".join(f"{c:>12}" for c in cells) + f"   ({saved['machine']['date']})")
+    return "\n".join(lines)
+
+
+def main_rss_lines(workload):
+    """The main-process peak RSS target: <= 300 MiB at W=2 on the largest file, flat from the smallest."""
+    saved_by_size = _load_results(workload)
+    lines = []
+    sizes = list(saved_by_size)
+    for tool in ("b", "c"):
+        peaks = {n: saved_by_size[n]["measurements"].get(f"W={TARGET_W} ({tool})", {}).get("main_rss_mib")
+                 for n in sizes}
+        peaks = {n: v for n, v in peaks.items() if v}
+        if not peaks:
+            continue
+        largest = max(peaks)
+        text = (f"{workload}: main-process peak RSS W={TARGET_W} ({tool}) {peaks[largest]:.0f} MiB at {largest} images "
+                f"(target <= {MAIN_RSS_TARGET_MIB:g})  {_verdict(peaks[largest] <= MAIN_RSS_TARGET_MIB)}")
+        smallest = min(peaks)
+        if smallest != largest:
+            growth = peaks[largest] / peaks[smallest] - 1
+            text += (f"; {peaks[smallest]:.0f} MiB at {smallest}: {100 * growth:+.0f} % "
+                     f"(flat: within {100 * FLAT_TOLERANCE:.0f} %)  {_verdict(growth <= FLAT_TOLERANCE)}")
+        lines.append(text)
+    return lines
 
 
 def main():
@@ -430,20 +598,36 @@ def main():
     size.add_argument("--quick", action="store_true", help=f"{QUICK_IMAGES} images, for development")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per command (median; default 3)")
     parser.add_argument("--workers", default="1,2", help="worker counts (default 1,2)")
+    parser.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both",
+                        help="default, overlap (the overlap-heavy predictions) or both (default)")
     parser.add_argument("--generation-workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args()
     n_images = QUICK_IMAGES if args.quick else args.images
     worker_counts = [int(w) for w in args.workers.split(",")]
-    results = run_benchmark(n_images, max(1, args.runs), worker_counts, args.generation_workers)
-    text = report(results)
-    results["report"] = text
-    out = BENCH / "results" / f"{n_images}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(text)
-    print()
-    print(memory_scaling())
-    print(f"\nresults written to {out.relative_to(ROOT)}")
+    workloads = list(WORKLOADS) if args.workload == "both" else [args.workload]
+
+    prepared = {workload: prepare_workload(workload, n_images, args.generation_workers) for workload in workloads}
+    sgbench_python = ensure_sgbench_venv()
+    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+    startup, texts, written = None, [], []
+    for workload in workloads:
+        results, startup = run_benchmark(workload, prepared[workload], sgbench_python, max(1, args.runs),
+                                         worker_counts, env, startup)
+        text = report(results)
+        results["report"] = text
+        out = results_path(workload, n_images)
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+        texts.append(text)
+        written.append(out)
+        print(text + "\n", flush=True)
+    for workload in workloads:
+        print(memory_scaling(workload) + "\n")
+    summary = [line for workload in workloads for line in main_rss_lines(workload)]
+    if n_images != FULL_IMAGES:
+        summary.append(f"(the targets are for {FULL_IMAGES} images; this run has {n_images})")
+    print("\n".join(summary))
+    print("\nresults written to " + ", ".join(str(path.relative_to(ROOT)) for path in written))
     return 0
 
 

@@ -1,35 +1,34 @@
-"""The benchmark workload (bench/make_workload.py) at tiny scale: both prediction layouts hold the
-same predictions, so sgeval's results on them are identical; the files are what the benchmark says
-they are; the decode floor inflates exactly the pixels tifffile reads."""
+"""The benchmark (bench/) at tiny scale: both workloads' prediction layouts hold the same
+predictions, so sgeval's results on them are identical; the files are what the benchmark says they
+are; generation is deterministic; the overlap workload's masks overlap more; the library floor
+inflates exactly the pixels tifffile reads; the run order pairs each sgeval row with its floor."""
 
 import io
 import json
-import sys
 import zipfile
 
+import imagecodecs
 import numpy as np
 import pytest
 import tifffile
-from PIL import Image
-from conftest import ROOT, sgeval
 
-sys.path.insert(0, str(ROOT / "bench"))
-import decode_floor  # noqa: E402
-import make_workload  # noqa: E402
+import sgeval
+from bench import decode_floor, make_workload, run
 
 TINY = {"height": 48, "width": 64, "n_masks": 10, "n_triplets": 60, "n_train": 5}
+WORKLOADS = list(make_workload.WORKLOADS)
 
 
-@pytest.fixture(scope="module")
-def workload(tmp_path_factory):
-    out = tmp_path_factory.mktemp("workload")
-    make_workload.generate(out, 3, workers=1, **TINY)
+@pytest.fixture(scope="module", params=WORKLOADS)
+def workload(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"workload-{request.param}")
+    make_workload.generate(out, 3, workers=1, workload=request.param, **TINY)
     return out
 
 
-def evaluate(workload, layout):
+def evaluate(workload, layout, workers=1):
     return sgeval.evaluate(sgeval.make_config({"gt": str(workload / "psg.json"), "gt_seg": str(workload / "panoptic"),
-                                               "pred": str(workload / layout)}))
+                                               "pred": str(workload / layout), "workers": workers}))
 
 
 def test_both_layouts_give_identical_results(workload):
@@ -43,67 +42,140 @@ def test_both_layouts_give_identical_results(workload):
 
 
 def test_layouts_are_sgbench_and_compact(workload):
+    stamp = json.loads((workload / "stamp.json").read_text())
+    low, high = (0.8, 1.2) if stamp["params"]["workload"] == "overlap" else (1, 1)
     with zipfile.ZipFile(workload / "sgbench.zip") as archive:
         records = json.loads(archive.read("triplets.json"))["images"]
         assert all("annotation" in r and "instances" not in r and r["seg_filename"].endswith(".tiff") for r in records)
-        assert all(len(r["annotation"]) == TINY["n_masks"] and len(r["triplets"]) == len(r["ng_triplets"])
-                   == TINY["n_triplets"] for r in records)
+        assert all(len(r["annotation"]) == TINY["n_masks"] for r in records)
+        assert all(len(r["triplets"]) == len(r["ng_triplets"]) and low * TINY["n_triplets"] <= len(r["triplets"])
+                   <= high * TINY["n_triplets"] for r in records)
+        assert all(sorted(r["triplets"]) == sorted(r["ng_triplets"]) for r in records)  # re-ranked, same rows
         with tifffile.TiffFile(io.BytesIO(archive.read(records[0]["seg_filename"]))) as tiff:
             assert len(tiff.pages) == TINY["n_masks"]
             assert {(p.bitspersample, p.compression) for p in tiff.pages} == {(8, tifffile.COMPRESSION.DEFLATE)}
     with zipfile.ZipFile(workload / "compact.zip") as archive:
-        records = json.loads(archive.read("triplets.json"))["images"]
-        assert all("instances" in r for r in records)
-        with tifffile.TiffFile(io.BytesIO(archive.read(records[0]["seg_filename"]))) as tiff:
+        compact = json.loads(archive.read("triplets.json"))["images"]
+        assert all("instances" in r for r in compact)
+        assert [r["triplets"] for r in compact] == [r["triplets"] for r in records]
+        with tifffile.TiffFile(io.BytesIO(archive.read(compact[0]["seg_filename"]))) as tiff:
             assert {p.bitspersample for p in tiff.pages} == {1}
     psg = json.loads((workload / "psg.json").read_text())
     assert (len(psg["thing_classes"]), len(psg["stuff_classes"]), len(psg["predicate_classes"])) == (80, 53, 56)
     assert len(psg["data"]) == 3 + 1 + TINY["n_train"] and len(psg["test_image_ids"]) == 4
+    assert stamp["statistics"]["images"] == 4  # every test image has a prediction
 
 
-def test_generation_is_deterministic_for_any_number_of_processes(workload, tmp_path):
-    make_workload.generate(tmp_path, 3, workers=2, **TINY)
-    for name in ("psg.json", "sgbench.zip", "compact.zip"):
-        assert (tmp_path / name).read_bytes() == (workload / name).read_bytes(), name
-    assert make_workload.ensure(tmp_path, 3, **TINY)[1] is None  # cached: the stamp matches
-    assert make_workload.ensure(tmp_path, 3, **{**TINY, "n_train": 6})[1] is not None  # parameters changed
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_generation_is_deterministic_for_any_number_of_processes(name, tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    make_workload.generate(first, 3, workers=1, workload=name, **TINY)
+    make_workload.generate(second, 3, workers=2, workload=name, **TINY)
+    for file in ("psg.json", "sgbench.zip", "compact.zip"):
+        assert (first / file).read_bytes() == (second / file).read_bytes(), file
+    stamps = [json.loads((out / "stamp.json").read_text()) for out in (first, second)]
+    assert stamps[0]["statistics"] == stamps[1]["statistics"]
+    assert make_workload.ensure(second, 3, workload=name, **TINY)[1] is None  # cached: the stamp matches
+    other = WORKLOADS[1 - WORKLOADS.index(name)]
+    assert make_workload.ensure(second, 3, workload=other, **TINY)[1] is not None  # another workload
+    assert make_workload.ensure(first, 3, workload=name, **{**TINY, "n_train": 6})[1] is not None  # parameters changed
+
+
+def brute_force_statistics(masks):
+    n = len(masks)
+    flat = masks.reshape(n, -1)
+    found = {"pairs_iou_ge_0.5": 0, "pairs_iou_0.3_0.5": 0, "pairs_overlapping": 0}
+    for i in range(n):
+        for j in range(i + 1, n):
+            inter, union = np.count_nonzero(flat[i] & flat[j]), np.count_nonzero(flat[i] | flat[j])
+            found["pairs_overlapping"] += inter > 0
+            found["pairs_iou_ge_0.5"] += union > 0 and inter / union >= 0.5
+            found["pairs_iou_0.3_0.5"] += union > 0 and 0.3 <= inter / union < 0.5
+    return found
+
+
+def test_overlap_statistics_count_what_they_say():
+    rng = np.random.default_rng(5)
+    masks = np.zeros((12, 30, 41), bool)
+    for i, mask in enumerate(masks[:-1]):  # overlapping rectangles and one empty mask
+        y0, x0 = rng.integers(0, 10), rng.integers(0, 15)
+        mask[y0:y0 + rng.integers(5, 20), x0:x0 + rng.integers(5, 25)] = True
+    masks[5] = masks[3]  # an exact duplicate
+    masks[6, 1:-1] = masks[3, 1:-1]  # a near one
+    stats = make_workload.overlap_statistics(masks)
+    assert {k: stats[k] for k in brute_force_statistics(masks)} == brute_force_statistics(masks)
+    assert stats["pairs_iou_ge_0.5"] <= stats["pairs_candidates_0.5"] <= stats["pairs_overlapping"]
+    assert stats["mask_area"] == pytest.approx(masks.sum() / len(masks))
+
+
+def test_overlap_workload_overlaps_more(tmp_path):
+    """At a small scale, the overlap workload's masks are larger and far more of their pairs
+    overlap with IoU >= 0.5 and in [0.3, 0.5) than the default workload's."""
+    small = {"height": 120, "width": 160, "n_masks": 40, "n_triplets": 100, "n_train": 2}
+    stats = {}
+    for name in WORKLOADS:
+        make_workload.generate(tmp_path / name, 6, workers=1, workload=name, **small)
+        stats[name] = json.loads((tmp_path / name / "stamp.json").read_text())["statistics"]
+    default, overlap = (stats[name]["per_image_mean"] for name in WORKLOADS)
+    assert overlap["pairs_iou_ge_0.5"] > 1.5 * default["pairs_iou_ge_0.5"]
+    assert overlap["pairs_iou_0.3_0.5"] > 1.5 * default["pairs_iou_0.3_0.5"]
+    assert overlap["mask_area"] > default["mask_area"]
+    stamp = json.loads((tmp_path / "overlap" / "stamp.json").read_text())
+    assert "pairs with IoU >= 0.5" in run.describe_statistics(stamp)
+    assert "pairs with IoU >= 0.5" in make_workload.describe_statistics(stamp)
 
 
 @pytest.mark.parametrize("layout", ["sgbench.zip", "compact.zip"])
-def test_decode_floor_inflates_the_masks(workload, layout):
+def test_library_floor_inflates_the_masks(workload, layout):
     with zipfile.ZipFile(workload / layout) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".tiff"))
         data = archive.read(name)
     expected = tifffile.imread(io.BytesIO(data)).astype(bool)
     pages = {}
-    inflaters = decode_floor.INFLATERS
     for page, strip, size in decode_floor.tiff_strips(data):
-        pages[page] = pages.get(page, b"") + bytes(inflaters["zlibng"](strip, size))
-        assert {bytes(inflate(strip, size)) for inflate in inflaters.values()} == {pages[page][-size:]}
+        pages[page] = pages.get(page, b"") + bytes(decode_floor.INFLATERS[decode_floor.DEFAULT_CODEC](strip, size))
+        assert {bytes(inflate(strip, size)) for inflate in decode_floor.INFLATERS.values()} == {pages[page][-size:]}
     height, width = expected.shape[1:]
     rows = [np.frombuffer(pages[p], np.uint8).reshape(height, -1) for p in sorted(pages)]
     decoded = np.stack([r if r.shape[1] == width else np.unpackbits(r, axis=1)[:, :width] for r in rows])
     np.testing.assert_array_equal(decoded != 0, expected)
-    for png_mode in ("inflate", "pil"):
-        totals = decode_floor.run(workload / "psg.json", workload / "panoptic", workload / layout, png_mode=png_mode)
+    for workers in (1, 2):
+        totals = decode_floor.run(workload / "psg.json", workload / "panoptic", workload / layout, workers=workers)
         assert totals["images"] == 3 and totals["pages"] == 3 * TINY["n_masks"]
+        assert totals["inflated_bytes"] == 3 * sum(len(p) for p in pages.values())
+    timing = decode_floor.compare_inflaters(workload / layout, n_images=2, repeats=1)
+    assert timing["images"] == 2 and timing["fastest"] in timing["ms_per_image"]
 
 
-def test_decode_floor_inflates_the_png_image_data(workload):
-    path = next((workload / "panoptic").glob("*.png"))
-    stream, size = decode_floor.png_stream(path.read_bytes())
-    rows = np.frombuffer(decode_floor.INFLATERS["zlibng"](stream, size), np.uint8)
-    height, width = np.asarray(Image.open(path)).shape[:2]
-    assert len(rows) == size == height * (1 + 3 * width)  # a filter byte and RGB per row
+def test_library_floor_decodes_the_pngs_with_imagecodecs(workload, monkeypatch):
+    decoded, png_decode = [], imagecodecs.png_decode
+    monkeypatch.setattr(decode_floor.imagecodecs, "png_decode", lambda data: decoded.append(png_decode(data)))
+    decode_floor.run(workload / "psg.json", workload / "panoptic", workload / "compact.zip")
+    psg = json.loads((workload / "psg.json").read_text())
+    assert len(decoded) == 3 and all(image.shape == (psg["data"][0]["height"], psg["data"][0]["width"], 3)
+                                     for image in decoded)
 
 
 def test_every_run_measures_every_command_once_pairs_adjacent():
     """run_order: all commands once per run, (b) beside (d) and (c) beside (e) in alternating
     order, SGBench last."""
-    import run  # noqa: PLC0415 bench/run.py, only its order here
     odd, even = run.run_order(1), run.run_order(2)
     assert sorted(odd) == sorted(even) == sorted(run.TOOLS)
     for order in (odd, even):
         assert abs(order.index("b") - order.index("d")) == 1 and abs(order.index("c") - order.index("e")) == 1
         assert order[-1] == "a"
     assert odd.index("b") < odd.index("d") and even.index("d") < even.index("b")
+
+
+def test_run_finds_the_workloads_where_they_are_written(tmp_path):
+    assert list(run.WORKLOADS) == WORKLOADS
+    for name in WORKLOADS:
+        assert run.data_dir(name, 200) == make_workload.default_dir(name, 200)
+        assert set(run.SPEEDUP_TARGETS[name]) == {"b", "c"}
+        assert {f"({x})/({y})" for x, y, _, _ in run.ratios(name)} >= {"(a)/(b)", "(a)/(c)", "(c)/(e)", "(c)/(b)"}
+    assert run.results_path("default", 2177).name == "2177.json"
+    assert run.results_path("overlap", 2177).name == "overlap-2177.json"
+    commands = run.commands(tmp_path, "python", 2, tmp_path, {"compact.zip": "libdeflate"})
+    assert commands["d"][1:3] == commands["e"][1:3] == ["-m", "bench.decode_floor"]
+    assert commands["e"][-2:] == ["--codec", "libdeflate"] and "--codec" not in commands["d"]
+    assert "--no-audit" in commands["f"] and "--no-audit" not in commands["c"]

@@ -1,0 +1,1 @@
+"""The benchmark (`make bench`): bench/README.md. Run its scripts as modules from the repository root."""
