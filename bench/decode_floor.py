@@ -42,21 +42,23 @@ DEFAULT_CODEC = next(codec for codec, available in AVAILABLE.items() if availabl
 
 
 def tiff_strips(data):
-    """Yield (page index, strip bytes, inflated size) for every strip of every page of a TIFF
-    whose pages share the first page's shape and compression (one page per mask), as read by
-    tifffile."""
+    """Yield (mask index, strip bytes, inflated size) for every strip of every mask of a TIFF
+    whose pages share the first page's shape and compression, as read by tifffile: one mask per
+    page, or per sample of pages whose samples are stored apart (planar, as sgeval writes)."""
     with tifffile.TiffFile(io.BytesIO(data)) as tiff:
         tiff.pages.useframes = True
         tiff.pages.set_keyframe(0)
         key = tiff.pages.keyframe
         if key.compression not in (tifffile.COMPRESSION.ADOBE_DEFLATE, tifffile.COMPRESSION.DEFLATE):
             raise ValueError(f"TIFF page compression {key.compression!r} is not deflate")
-        row_bytes = -(-key.imagewidth * key.bitspersample * key.samplesperpixel // 8)
+        planes = key.samplesperpixel if key.planarconfig == tifffile.PLANARCONFIG.SEPARATE else 1
+        row_bytes = -(-key.imagewidth * key.bitspersample * (key.samplesperpixel // planes) // 8)
         rows_per_strip, length = key.rowsperstrip, key.imagelength
+        strips_per_plane = -(-length // rows_per_strip)
         for page, frame in enumerate(tiff.pages):
             for index, (offset, size) in enumerate(zip(frame.dataoffsets, frame.databytecounts)):
-                rows = min(rows_per_strip, length - index * rows_per_strip)
-                yield page, data[offset:offset + size], rows * row_bytes
+                rows = min(rows_per_strip, length - index % strips_per_plane * rows_per_strip)
+                yield page * planes + index // strips_per_plane, data[offset:offset + size], rows * row_bytes
 
 
 _STATE = {}  # per process: the open ZIP and the inflater
@@ -67,16 +69,16 @@ def _setup(pred_path, codec):
 
 
 def decode_image(job):
-    """Decode one image: (pages, strips, inflated bytes)."""
+    """Decode one image: (masks, strips, inflated bytes)."""
     png_path, member = job
     with open(png_path, "rb") as handle:
         imagecodecs.png_decode(handle.read())
     inflate = _STATE["inflate"]
-    pages = strips = inflated = 0
+    masks = strips = inflated = 0
     for page, strip, size in tiff_strips(_STATE["zip"].read(member)):
         inflated += len(inflate(strip, size))
-        pages, strips = page + 1, strips + 1
-    return pages, strips, inflated
+        masks, strips = page + 1, strips + 1
+    return masks, strips, inflated
 
 
 def jobs(gt_path, seg_root, pred_path):

@@ -1,10 +1,19 @@
-"""Shared helpers: build tiny datasets on disk and evaluate them."""
+"""Shared test helpers (test modules import these, never each other): tiny datasets built on disk
+(gt_image, pred_image, write_case, run_case), two small valid cases that tests break or vary
+(format_case, perfect_case), editors of written files (rewrite_json, edit_gt, edit_zip, ...), TIFF
+bytes, and the error contract checks (problems_of, checked, matching, only, assert_cli_fails)."""
 
+import io
 import json
+import re
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
+import tifffile
+from click.testing import CliRunner
 
 import sgeval
 from tools import synth
@@ -80,3 +89,203 @@ def write_zip(path, members):
         for name, payload in members.items():
             archive.writestr(name, payload)
     return str(path)
+
+
+def zip_member(path, name):
+    with zipfile.ZipFile(path) as archive:
+        return archive.read(name)
+
+
+def edit_zip(path, members):
+    """Replace (bytes) or delete (None) members of a zip: members = {name: bytes | None}."""
+    with zipfile.ZipFile(path) as archive:
+        content = {name: archive.read(name) for name in archive.namelist()}
+    for name, payload in members.items():
+        if payload is None:
+            del content[name]
+        else:
+            content[name] = payload
+    write_zip(path, content)
+
+
+def rewrite_json(path, edit):
+    """Apply edit(data) to triplets.json inside a zip, a directory or a .json file."""
+    if str(path).endswith(".zip"):
+        with zipfile.ZipFile(path) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        data = json.loads(members["triplets.json"])
+        edit(data)
+        members["triplets.json"] = json.dumps(data).encode()
+        write_zip(path, members)
+    else:
+        edit_json_file(path if str(path).endswith(".json") else f"{path}/triplets.json", edit)
+
+
+def edit_json_file(path, edit):
+    """Apply edit(data) to the JSON document of a file."""
+    with open(path) as handle:
+        data = json.load(handle)
+    edit(data)
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+
+
+def edit_gt(values, edit):
+    """Apply edit(data) to the psg.json of a case."""
+    edit_json_file(values["gt"], edit)
+
+
+def gt_entry(data, image_id):
+    """The psg.json data entry of an image."""
+    return next(e for e in data["data"] if e["image_id"] == image_id)
+
+
+def pred_record(data, image_id):
+    """The triplets.json record of an image."""
+    return next(r for r in data["images"] if str(r["id"]) == image_id)
+
+
+def tiff_bytes(masks, **options):
+    """The bytes of tifffile.imwrite(masks, **options) (photometric minisblack unless given)."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # tifffile warns that (3, H, W) becomes a planar RGB page
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tifffile.imwrite(buffer, masks, **{"photometric": "minisblack", **options})
+    return buffer.getvalue()
+
+
+class BytesSource:
+    """A prediction source (sgeval.PredSource's read and path) that hands out fixed bytes for any
+    file name: load_pred_masks without a file on disk."""
+
+    def __init__(self, data, path="pred.zip"):
+        self.data, self.path = data, path
+
+    def read(self, name):
+        return self.data
+
+
+def pred_record_of(n_instances, seg_filename="m.tiff", image_id="1"):
+    """A PredImage with n_instances instances of category 0 and a TIFF name (for load_pred_masks)."""
+    return sgeval.PredImage(image_id, np.zeros(n_instances, np.int64), None, None, None, None, seg_filename)
+
+
+# ----------------------------------------------------------------------------------------------
+# Two small valid cases (2 x 8 images) that tests edit to break or vary one thing.
+
+TOP_LEFT, TOP_RIGHT, BOTTOM = cells(2, 8, (0, 0, 4)), cells(2, 8, (0, 4, 8)), cells(2, 8, (1, 0, 8))
+
+
+def format_case(tmp_path, mode="mask", n_instances=3):
+    """Three images, imperfect predictions (ng_triplets, scores, a one-page TIFF): the prediction
+    format tests (test_formats.py, test_stream.py) check that other spellings read the same."""
+    images = [gt_image(1, [TOP_LEFT, TOP_RIGHT, BOTTOM], [0, 0, 1], [[0, 2, 0], [1, 2, 0], [1, 2, 1]]),
+              gt_image(2, [TOP_LEFT, BOTTOM], [0, 1], [[0, 1, 2]]),
+              gt_image(3, [TOP_LEFT, BOTTOM], [0, 1], [[0, 1, 2]])]
+    masks = [TOP_LEFT, TOP_RIGHT, BOTTOM, cells(2, 8, (0, 4, 7))]
+    preds = [pred_image(1, masks[:n_instances], [0, 0, 1, 0][:n_instances],
+                        triplets=[[1, 2, 1], [0, 2, 0]], ng_triplets=[[1, 2, 1], [1, 2, 0], [0, 2, 0]]),
+             pred_image(2, [TOP_LEFT, BOTTOM], [0, 1], triplets=[[0, 1, 2]], scores=[0.9, 0.8]),
+             pred_image(3, [TOP_LEFT], [0], triplets=[[0, 0, 2]])]  # a one-page TIFF
+    return write_case(tmp_path, images, preds, mode=mode)
+
+
+def evaluate_values(values, **extra):
+    """sgeval.evaluate of config values with k = 1, 20 (and any extra values)."""
+    return sgeval.evaluate(sgeval.make_config({**values, "k": ["1", "20"], **extra}))
+
+
+def perfect_case(tmp_path, mode="mask"):
+    """Three evaluated images 101-103, predicted perfectly (R@k = 1) until a test breaks something:
+    the bad-input tests (test_errors_*.py). Objects: 0 person, 1 horse, 2 dog, 3 grass, 4 sky;
+    predicates 0..3. Mask mode writes pred.zip (101.tiff ...), box mode pred.json."""
+    a, b, c = TOP_LEFT, TOP_RIGHT, BOTTOM
+    images = [gt_image("101", [a, b, c], [0, 0, 3], [[0, 2, 0], [1, 2, 1]]),
+              gt_image("102", [a, c], [1, 4], [[0, 1, 2]]),
+              gt_image("103", [a, c], [0, 3], [[0, 1, 3]])]
+    preds = [pred_image("101", [a, b, c], [0, 0, 3], [[0, 2, 0], [1, 2, 1]]),
+             pred_image("102", [a, c], [1, 4], [[0, 1, 2]]),
+             pred_image("103", [a, c], [0, 3], [[0, 1, 3]])]
+    return write_case(tmp_path, images, preds, mode=mode,
+                      pred_name="pred.zip" if mode == "mask" else "pred.json")
+
+
+def png_path(values, image_id):
+    """The panoptic PNG of an image of perfect_case, as problems name it."""
+    return f"{values['gt_seg']}/{image_id}.png"
+
+
+def write_yaml(tmp_path, text, name="config.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# The error contract (SPEC section 8): one SGEvalError, one line per problem naming file, image
+# and field; the CLI prints each as an `error:` line and exits 1.
+
+
+def checked(error):
+    """The problems of an SGEvalError, after checking its contract."""
+    assert isinstance(error, ValueError)
+    assert error.problems, "an SGEvalError without problems"
+    for problem in error.problems:
+        assert isinstance(problem, str) and problem.strip(), error.problems
+        assert "\n" not in problem, f"a problem must be one line: {problem!r}"
+    assert str(error) == "\n".join(error.problems)
+    return error.problems
+
+
+def problems_of(values, **extra):
+    """The problem lines of the SGEvalError that evaluate() raises (checks the error contract)."""
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.evaluate(sgeval.make_config({**values, **extra}))
+    return checked(info.value)
+
+
+def config_problems(values):
+    """The problem lines of the SGEvalError that make_config() raises."""
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.make_config(values)
+    return checked(info.value)
+
+
+def matching(problems, path, image=None, *words):
+    """Problems naming path, `image <id>` (when given) and every word (case-insensitive)."""
+    return [p for p in problems
+            if str(path) in p
+            and (image is None or re.search(rf"\bimage {re.escape(str(image))}(?![\w.])", p))
+            and all(word.lower() in p.lower() for word in words)]
+
+
+def only(problems, path, image=None, *words):
+    """Exactly one problem, and it names path, image and words."""
+    assert len(problems) == 1, problems
+    assert matching(problems, path, image, *words), (problems, path, image, words)
+    return problems[0]
+
+
+def assert_cli_fails(args, problems):
+    """The CLI exits 1 and prints exactly one `error: <problem>` line per library problem."""
+    result = CliRunner().invoke(sgeval.main, [str(a) for a in args])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), f"uncaught {result.exception!r}"
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: {p}" for p in problems]
+
+
+def assert_cli_reports(tmp_path, build):
+    """build(tmp_path) breaks a case and returns (YAML config path or None, option values, number
+    of problems): the library raises that many problems, and the CLI given the same config and
+    options prints exactly those, one `error:` line each."""
+    config_path, options, n_problems = build(tmp_path)
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.evaluate(sgeval.load_config(config_path, **options))
+    problems = checked(info.value)
+    assert len(problems) == n_problems, problems
+    args = ["--quiet"] + (["--config", config_path] if config_path else [])
+    for key, value in options.items():
+        args += [f"--{key.replace('_', '-')}", value]
+    assert_cli_fails(args, problems)

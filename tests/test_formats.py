@@ -1,4 +1,5 @@
-"""Prediction format: spellings, containers, TIFF flavours and the writer."""
+"""Prediction format: instance-list spellings, containers (zip, directory, .json), uint8 TIFFs as
+SGBench writes them, and the writer (write_predictions)."""
 
 import io
 import json
@@ -9,46 +10,14 @@ import zipfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import cells, gt_image, pred_image, sgeval, write_case, write_zip
+from conftest import (BOTTOM, TOP_LEFT, TOP_RIGHT, evaluate_values, format_case, pred_image, rewrite_json, sgeval,
+                      write_zip)
 
-G0, G1, G2 = cells(2, 8, (0, 0, 4)), cells(2, 8, (0, 4, 8)), cells(2, 8, (1, 0, 8))
-
-
-def case(tmp_path, mode="mask", n_instances=3):
-    images = [gt_image(1, [G0, G1, G2], [0, 0, 1], [[0, 2, 0], [1, 2, 0], [1, 2, 1]]),
-              gt_image(2, [G0, G2], [0, 1], [[0, 1, 2]]),
-              gt_image(3, [G0, G2], [0, 1], [[0, 1, 2]])]
-    preds = [pred_image(1, [G0, G1, G2, cells(2, 8, (0, 4, 7))][:n_instances], [0, 0, 1, 0][:n_instances],
-                        triplets=[[1, 2, 1], [0, 2, 0]], ng_triplets=[[1, 2, 1], [1, 2, 0], [0, 2, 0]]),
-             pred_image(2, [G0, G2], [0, 1], triplets=[[0, 1, 2]], scores=[0.9, 0.8]),
-             pred_image(3, [G0], [0], triplets=[[0, 0, 2]])]  # a one-page TIFF
-    return write_case(tmp_path, images, preds, mode=mode)
-
-
-def evaluate(values, **extra):
-    return sgeval.evaluate(sgeval.make_config({**values, "k": ["1", "20"], **extra}))
-
-
-def rewrite_json(path, edit):
-    """Apply edit(data) to triplets.json inside a zip, a directory or a .json file."""
-    if str(path).endswith(".zip"):
-        with zipfile.ZipFile(path) as archive:
-            members = {name: archive.read(name) for name in archive.namelist()}
-        data = json.loads(members["triplets.json"])
-        edit(data)
-        members["triplets.json"] = json.dumps(data).encode()
-        write_zip(path, members)
-    else:
-        target = path if str(path).endswith(".json") else f"{path}/triplets.json"
-        with open(target) as handle:
-            data = json.load(handle)
-        edit(data)
-        with open(target, "w") as handle:
-            json.dump(data, handle)
+G0, G1, G2 = TOP_LEFT, TOP_RIGHT, BOTTOM
 
 
 def test_instance_list_spellings_read_identically(tmp_path):
-    expected = evaluate(case(tmp_path))
+    expected = evaluate_values(format_case(tmp_path))
     assert expected["metrics"]["R@20"] > 0
 
     def annotation(data):  # the SGBench 1.0 code's spelling
@@ -62,31 +31,31 @@ def test_instance_list_spellings_read_identically(tmp_path):
             image["bboxes"] = [i["bbox"] for i in instances]
 
     for edit in (annotation, parallel_lists):
-        values = case(tmp_path / edit.__name__)
+        values = format_case(tmp_path / edit.__name__)
         rewrite_json(values["pred"], edit)
-        assert evaluate(values)["metrics"] == expected["metrics"], edit.__name__
+        assert evaluate_values(values)["metrics"] == expected["metrics"], edit.__name__
 
 
 def test_zip_directory_and_json_containers_agree(tmp_path):
-    values = case(tmp_path)
+    values = format_case(tmp_path)
     directory = tmp_path / "pred_dir"
     with zipfile.ZipFile(values["pred"]) as archive:
         archive.extractall(directory)
-    assert evaluate({**values, "pred": str(directory)})["metrics"] == evaluate(values)["metrics"]
-    box_values = case(tmp_path / "box", mode="box")
-    box = evaluate(box_values)
+    assert evaluate_values({**values, "pred": str(directory)})["metrics"] == evaluate_values(values)["metrics"]
+    box_values = format_case(tmp_path / "box", mode="box")
+    box = evaluate_values(box_values)
     assert str(box_values["pred"]).endswith(".json") is False  # written as a zip without masks
     json_path = tmp_path / "pred.json"
     with zipfile.ZipFile(box_values["pred"]) as archive:
         json_path.write_bytes(archive.read("triplets.json"))
-    assert evaluate({**box_values, "pred": str(json_path)})["metrics"] == box["metrics"]
+    assert evaluate_values({**box_values, "pred": str(json_path)})["metrics"] == box["metrics"]
 
 
 @pytest.mark.parametrize("n_instances", [3, 4])
 def test_uint8_tiffs_as_sgbench_writes_them(tmp_path, n_instances):
     """uint8 pages (and, for 3 masks, tifffile's single 3-D page) give the same numbers."""
-    values = case(tmp_path, n_instances=n_instances)
-    expected = evaluate(values)["metrics"]
+    values = format_case(tmp_path, n_instances=n_instances)
+    expected = evaluate_values(values)["metrics"]
     with zipfile.ZipFile(values["pred"]) as archive:
         members = {name: archive.read(name) for name in archive.namelist()}
     for name in [n for n in members if n.endswith(".tiff")]:
@@ -97,60 +66,46 @@ def test_uint8_tiffs_as_sgbench_writes_them(tmp_path, n_instances):
             tifffile.imwrite(buffer, masks.astype(np.uint8) * 255, compression="deflate")
         members[name] = buffer.getvalue()
     write_zip(values["pred"], members)
-    assert evaluate(values)["metrics"] == expected
+    assert evaluate_values(values)["metrics"] == expected
 
 
-def test_writer_writes_one_bit_deflate_pages(tmp_path):
-    values = case(tmp_path)
+def test_writer_writes_one_1bit_deflate_page_with_a_sample_per_mask(tmp_path):
+    """Several masks: one page whose samples, stored apart (planar), are the masks, one strip each;
+    one mask: a plain page. tifffile (and so SGBench 1.0) reads both as (P, H, W)."""
+    values = format_case(tmp_path)
     with zipfile.ZipFile(values["pred"]) as archive:
         data = json.loads(archive.read("triplets.json"))
         assert data["version"] == 1 and data["images"][0]["seg_filename"] == "1.tiff"
-        with tifffile.TiffFile(io.BytesIO(archive.read("1.tiff"))) as tiff:
-            assert len(tiff.pages) == 3
-            for page, mask in zip(tiff.pages, [G0, G1, G2]):
+        for name, masks in (("1.tiff", [G0, G1, G2]), ("3.tiff", [G0])):
+            with tifffile.TiffFile(io.BytesIO(archive.read(name))) as tiff:
+                page = tiff.pages.first
+                assert len(tiff.pages) == 1 and page.samplesperpixel == len(masks)
                 assert page.bitspersample == 1 and page.compression == tifffile.COMPRESSION.ADOBE_DEFLATE
-                np.testing.assert_array_equal(page.asarray(), mask)
+                assert len(page.dataoffsets) == len(masks)  # a strip per mask
+                assert len(masks) == 1 or page.planarconfig == tifffile.PLANARCONFIG.SEPARATE
+                np.testing.assert_array_equal(tiff.asarray(), masks)
 
 
 def test_missing_ng_triplets_fall_back_to_triplets(tmp_path):
-    values = case(tmp_path)
+    values = format_case(tmp_path)
     rewrite_json(values["pred"], lambda data: [i.pop("ng_triplets", None) for i in data["images"]])
-    m = evaluate(values)["metrics"]
+    m = evaluate_values(values)["metrics"]
     assert m["ngR@20"] == m["R@20"] and m["mNgR@20"] == m["mR@20"]
 
 
 def test_integer_ids_are_compared_as_strings(tmp_path):
-    values = case(tmp_path)
-    expected = evaluate(values)
+    values = format_case(tmp_path)
+    expected = evaluate_values(values)
     rewrite_json(values["pred"], lambda data: [i.update(id=int(i["id"])) for i in data["images"]])
-    assert evaluate(values)["metrics"] == expected["metrics"]
+    assert evaluate_values(values)["metrics"] == expected["metrics"]
 
 
 def test_directory_writer_round_trip(tmp_path):
-    values = case(tmp_path)
+    values = format_case(tmp_path)
     images = [pred_image(1, [G0, G1, G2], [0, 0, 1], [[1, 2, 1]])]
     directory = sgeval.write_predictions(tmp_path / "out_dir", images)
     assert sorted(p.name for p in (tmp_path / "out_dir").iterdir()) == ["1.tiff", "triplets.json"]
     shutil.rmtree(directory)
     with pytest.raises(ValueError, match="holds no masks"):
         sgeval.write_predictions(tmp_path / "x.json", images)
-    assert values  # the GT written by case() is unaffected
-
-
-def test_panoptic_png_rgb_rgba_and_truncated(tmp_path):
-    from PIL import Image
-    ids = np.array([[0, 7, 7, 70000], [300, 300, 0, 70000]])
-    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
-    segments = np.array([7, 300, 70000], np.int64)
-    expected = sgeval.pack_masks(ids[None] == segments[:, None, None])
-    for name, array in (("rgb.png", rgb), ("rgba.png", np.concatenate([rgb, np.full((2, 4, 1), 9, np.uint8)], -1))):
-        Image.fromarray(array).save(tmp_path / name)
-        image = sgeval.GTImage("1", 2, 4, str(tmp_path / name), segments, np.zeros(3, np.int64),
-                               np.zeros((3, 4)), np.zeros((0, 3), np.int64))
-        np.testing.assert_array_equal(sgeval.load_gt_masks(image), expected)
-    data = (tmp_path / "rgb.png").read_bytes()
-    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
-    image = sgeval.GTImage("1", 2, 4, str(tmp_path / "cut.png"), segments, np.zeros(3, np.int64),
-                           np.zeros((3, 4)), np.zeros((0, 3), np.int64))
-    with pytest.raises(sgeval.SGEvalError, match="cut.png: image 1: cannot read panoptic PNG"):
-        sgeval.load_gt_masks(image)
+    assert values  # the GT written by format_case() is unaffected

@@ -1,15 +1,10 @@
-"""numba kernels against their plain-Python versions (.py_func) and simple references."""
+"""numba kernels against their plain-Python versions (.py_func) and simple references: mask_iou,
+mask_boxes, popcount64, box_iou, the matchers, first_positions, pack_masks and the twins of the
+merge, _twins (pack_segments, the PNG packer: test_masks.py; merge_instances: test_protocols.py)."""
 
-import io
-import struct
-import warnings
-
-import imagecodecs
 import numpy as np
 import pytest
-import tifffile
-
-import sgeval
+from conftest import sgeval
 
 
 def random_masks(rng, n, height, width, density):
@@ -33,8 +28,12 @@ def test_mask_iou_matches_py_func_and_pixel_count(seed):
     gt_bits, pred_bits = sgeval.pack_masks(gt), sgeval.pack_masks(pred)
     args = (gt_bits, gt_cat, sgeval.mask_boxes(gt_bits, width), pred_bits, pred_cat,
             sgeval.mask_boxes(pred_bits, width), width)
-    fast = sgeval.mask_iou(*args)
-    np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args))
+    fast = sgeval.mask_iou(*args, 0.0)  # threshold 0: every same-category pair is computed
+    np.testing.assert_array_equal(fast, sgeval.mask_iou.py_func(*args, 0.0))
+    pruned = sgeval.mask_iou(*args, 0.5)  # pairs that cannot reach 0.5 may hold 0.0: the matching
+    np.testing.assert_array_equal(pruned >= 0.5, fast >= 0.5)  # only compares IoUs >= threshold
+    np.testing.assert_array_equal(pruned[(fast >= 0.5) | (fast == -1)], fast[(fast >= 0.5) | (fast == -1)])
+    assert ((pruned == fast) | (pruned == 0.0)).all()
     for p in range(9):
         for g in range(6):
             if pred_cat[p] != gt_cat[g]:
@@ -125,190 +124,68 @@ def test_pack_round_trip():
     np.testing.assert_array_equal(unpacked.astype(bool), masks)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_pack_segments_matches_py_func_and_numpy(seed):
-    rng = np.random.default_rng(seed)
-    height, width = rng.integers(1, 30, size=2)
-    ids = rng.choice([0, 7, 70000, 2**24 - 1, 300], size=(height, width))
-    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
-    segments = np.array([300, 7, 2**24 - 1, 12345], np.int64)  # 12345 has no pixels
-    fast = sgeval.pack_segments(rgb, segments)
-    np.testing.assert_array_equal(fast, sgeval.pack_segments.py_func(rgb, segments))
-    expected = np.packbits((ids[None] == segments[:, None, None]).reshape(4, -1), axis=1)
-    np.testing.assert_array_equal(fast, expected)
+def brute_twins(masks, threshold):
+    """IoU >= threshold of every pair of bool masks, by pixel counts (0 for an empty union)."""
+    flat = masks.reshape(len(masks), -1)
+    inter = (flat[:, None] & flat[None]).sum(axis=2)
+    union = (flat[:, None] | flat[None]).sum(axis=2)
+    twins = np.where(union > 0, inter / np.maximum(union, 1), 0.0) >= threshold
+    np.fill_diagonal(twins, False)
+    return twins
 
 
-def tiff_bytes(masks, **options):
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        tifffile.imwrite(buffer, masks, **options)
-    return buffer.getvalue()
-
-
-@pytest.mark.parametrize("options, direct", [
-    ({"photometric": "minisblack", "compression": "adobe_deflate"}, True),
-    ({"photometric": "minisblack", "compression": "deflate", "rowsperstrip": 3}, True),
-    ({"photometric": "minisblack"}, True),
-    ({"photometric": "minisblack", "byteorder": ">", "compression": "adobe_deflate"}, True),
-    ({"photometric": "minisblack", "byteorder": ">", "rowsperstrip": 3}, True),
-    ({"photometric": "minisblack", "compression": "lzw"}, False),
-    ({"photometric": "minisblack", "bigtiff": True}, False),
-    ({"photometric": "minisblack", "tile": (16, 16)}, False),
-])
-@pytest.mark.parametrize("dtype", [bool, np.uint8])
-@pytest.mark.parametrize("width", [24, 21])
-def test_strip_reader_matches_tifffile(options, direct, dtype, width):
-    """The direct strip reader and the tifffile fallback give the same packed masks."""
-    rng = np.random.default_rng(width)
-    masks = rng.random((5, 17, width)) < 0.3
-    values = rng.integers(1, 256, masks.shape).astype(np.uint8)  # a uint8 pixel is inside when non-zero
-    masks.ravel()[:3], values.ravel()[:3] = True, [128, 1, 16]  # single high, low and middle bits
-    data = tiff_bytes(masks if dtype is bool else masks * values, **options)
-    status, pages, strips, starts = sgeval.tiff_layout(np.frombuffer(data, np.uint8))
-    assert status == (0 if direct else 1)
-    if direct:  # the layout is what tifffile reads from the directories
-        with tifffile.TiffFile(io.BytesIO(data)) as tiff:
-            assert len(pages) == len(tiff.pages) == 5 and starts[-1] == len(strips)
-            for page, expected, run in zip(pages, tiff.pages, np.split(strips, starts[1:-1])):
-                assert page.tolist() == [width, 17, 1 if dtype is bool else 8, expected.compression,
-                                         expected.rowsperstrip]
-                assert run[:, 0].tolist() == list(expected.dataoffsets)
-                assert run[:, 1].tolist() == list(expected.databytecounts)
-    record = sgeval.PredImage("1", np.zeros(5, np.int64), None, None, None, None, "m.tiff")
-
-    class Source:
-        path = "pred.zip"
-
-        def read(self, name):
-            return data
-
-    packed = sgeval.load_pred_masks(Source(), record, 17, width)
-    np.testing.assert_array_equal(packed, sgeval.pack_masks(masks))
-    needed = np.array([True, False, True, False, True])
-    partial = sgeval.load_pred_masks(Source(), record, 17, width, needed)
-    np.testing.assert_array_equal(partial[needed], packed[needed])
-    assert not partial[~needed].any() or not direct  # skipped pages stay empty (strip reader only)
-    out = np.full(packed.size + 3, np.iinfo(np.uint64).max, np.uint64)  # room for the masks, set bits
-    in_out = sgeval.load_pred_masks(Source(), record, 17, width, needed, out)
-    np.testing.assert_array_equal(in_out, partial)
-    assert np.shares_memory(in_out, out) == direct  # the strip reader writes into out
-    layers = sgeval._tifffile_layers(data, 17, width, "where")
-    np.testing.assert_array_equal(layers, masks)
-
-
-def test_self_iou_matches_mask_iou_and_py_func():
-    rng = np.random.default_rng(5)
-    masks = rng.random((9, 7, 13)) < 0.3
-    masks[3] = False
-    masks[4] = masks[1]
-    bits, zeros = sgeval.pack_masks(masks), np.zeros(9, np.int64)
-    boxes = sgeval.mask_boxes(bits, 13)
-    fast = sgeval.self_iou(bits, boxes, 13, 0.0)
-    np.testing.assert_array_equal(fast, sgeval.mask_iou(bits, zeros, boxes, bits, zeros, boxes, 13))
-    np.testing.assert_array_equal(fast, sgeval.self_iou.py_func(bits, boxes, 13, 0.0))
-    assert fast[1, 4] == 1.0 and fast[3, 3] == 0.0
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_self_iou_skips_only_pairs_below_the_threshold(seed):
-    """With a threshold, pairs whose areas and box overlap rule out IoU >= threshold are skipped
-    (0.0); every other entry is the exact IoU, so IoU >= threshold is decided exactly, ties
-    included."""
-    rng = np.random.default_rng(seed)
-    masks = np.zeros((30, 8, 16), bool)
-    for mask in masks:
-        y, x = rng.integers(0, 6), rng.integers(0, 12)
-        mask[y: y + rng.integers(1, 4), x: x + rng.integers(1, 5)] = True
-    masks[1], masks[2] = masks[0], False  # a duplicate and an empty mask
-    masks[3:5] = False
-    masks[3, :, :8], masks[4, :, :4] = True, True  # 4 inside 3 with half its area: IoU exactly 0.5
-    masks[5:9] = False  # boxes (whole rows: a word spans 4 rows) overlapping by 32 and 16 pixels
-    masks[5, :3], masks[6, 1:4], masks[7, :6, :6], masks[8, 5:, :12] = True, True, True, True
+def assert_twins(masks):
+    """The twins (IoU >= 0.5) of every pair, decided one pair at a time as the merge and the audit
+    decide them; checked against brute force, symmetric, and equal in the plain-Python kernel."""
+    width, n = masks.shape[2], len(masks)
     bits = sgeval.pack_masks(masks)
-    boxes = sgeval.mask_boxes(bits, 16)
-    exact, pruned = sgeval.self_iou(bits, boxes, 16, 0.0), sgeval.self_iou(bits, boxes, 16, 0.5)
-    np.testing.assert_array_equal(pruned >= 0.5, exact >= 0.5)
-    np.testing.assert_array_equal(pruned[pruned > 0], exact[pruned > 0])
-    np.testing.assert_array_equal(pruned, sgeval.self_iou.py_func(bits, boxes, 16, 0.5))
-    assert pruned[3, 4] == 0.5 and (pruned == 0).sum() > (exact == 0).sum()  # a tie kept, pairs skipped
-    assert pruned[5, 6] == exact[5, 6] == 0.5  # IoU 32 / 64 at the box bound 32 / (48 + 48 - 32): kept
-    assert exact[7, 8] == 6 / 66 and pruned[7, 8] == 0.0  # equal areas, the boxes overlap by 16 < 36
-
-
-def tiff_status(data):
-    return sgeval.tiff_layout(np.frombuffer(data, np.uint8))[0]
-
-
-def test_tiff_layout_statuses_of_odd_files():
-    data = tiff_bytes(np.ones((3, 4, 8), bool), photometric="minisblack")
-    assert [tiff_status(raw) for raw in (b"", b"I", b"PK\x03\x04", b"II+\x00" + bytes(12))] == [1, 1, 1, 1]
-    assert [tiff_status(raw) for raw in (b"II", b"MM\x00*", data[:7], data[:40])] == [2, 2, 2, 2]
-    ifd = struct.unpack_from("<I", data, 4)[0]
-    end = ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0]
-    cycle = bytearray(data)
-    cycle[end:end + 4] = struct.pack("<I", ifd)  # page 0 -> page 0 -> ...
-    assert tiff_status(bytes(cycle)) == 2
-    for raw in (b"MM\x00*", data, bytes(cycle), data[:40]):
-        fast, slow = sgeval.tiff_layout(np.frombuffer(raw, np.uint8)), sgeval.tiff_layout.py_func(np.frombuffer(raw, np.uint8))
-        assert fast[0] == slow[0] and all(np.array_equal(a, b) for a, b in zip(fast[1:], slow[1:]))
-
-
-@pytest.mark.parametrize("options", [{"compression": "adobe_deflate"}, {"byteorder": ">", "rowsperstrip": 2}])
-@pytest.mark.parametrize("dtype", [bool, np.uint8])
-def test_corrupt_tiffs_give_an_error_or_masks_never_a_crash(options, dtype):
-    """Truncated and corrupted files: the strip reader checks every index it reads, so the
-    result is the masks or an SGEvalError naming the file (the kernel does no bounds checks)."""
-    rng = np.random.default_rng(7)
-    masks = rng.random((4, 9, 16)) < 0.4
-    data = tiff_bytes(masks.astype(dtype), photometric="minisblack", **options)
-    record = sgeval.PredImage("1", np.zeros(4, np.int64), None, None, None, None, "m.tiff")
-    statuses = set()
-    for trial in range(400):
-        raw = bytearray(data[: rng.integers(0, len(data))] if trial % 2 else data)
-        for at in rng.integers(0, min(len(raw), 300) or 1, rng.integers(1, 4)) if raw and trial % 4 < 2 else ():
-            raw[at] = rng.integers(0, 256)
-        statuses.add(tiff_status(bytes(raw)))
-
-        class Source:
-            path = "pred.zip"
-
-            def read(self, name):
-                return bytes(raw)
-
-        try:
-            packed = sgeval.load_pred_masks(Source(), record, 9, 16)
-        except sgeval.SGEvalError as error:
-            assert "m.tiff" in error.problems[0] and len(error.problems) == 1
-        else:
-            assert packed.shape == (4, 3) and packed.dtype == np.uint64
-    assert statuses == {0, 1, 2}
-
-
-@pytest.mark.parametrize("dtype", [bool, np.uint8])
-def test_strips_and_pngs_read_the_same_with_the_fallback_inflater(monkeypatch, dtype):
-    """zlib-ng inflates when imagecodecs has it; libdeflate (the fallback) gives the same masks."""
-    rng = np.random.default_rng(11)
-    masks = rng.random((3, 30, 70)) < 0.2
-    data = tiff_bytes(masks.astype(dtype), photometric="minisblack", compression="adobe_deflate",
-                      rowsperstrip=7)
-    record = sgeval.PredImage("1", np.zeros(3, np.int64), None, None, None, None, "m.tiff")
-
-    class Source:
-        path = "pred.zip"
-
-        def read(self, name):
-            return data
-
-    ids = rng.integers(0, 3, (30, 70))
-    png = imagecodecs.png_encode(np.dstack([ids, ids, ids]).astype(np.uint8))
+    boxes = sgeval.mask_boxes(bits, width)
     results = []
-    for inflate in (sgeval._inflate, imagecodecs.deflate_decode):
-        monkeypatch.setattr(sgeval, "_inflate", inflate)
-        results.append((sgeval.load_pred_masks(Source(), record, 30, 70),
-                        sgeval.png_segments(png, np.array([0, 65793, 131586]), (30, 70))))
-    np.testing.assert_array_equal(results[0][0], sgeval.pack_masks(masks))
-    np.testing.assert_array_equal(results[1][0], results[0][0])
-    expected = np.packbits((ids[None] == np.arange(3)[:, None, None]).reshape(3, -1), axis=1)
-    np.testing.assert_array_equal(results[0][1], expected)
-    np.testing.assert_array_equal(results[1][1], expected)
+    for twin in (sgeval._twins, sgeval._twins.py_func):
+        memo = np.full((n, n), -1, np.int8)
+        results.append(np.array([[i != j and twin(i, j, memo, bits, boxes, width) for j in range(n)]
+                                 for i in range(n)]))
+        np.testing.assert_array_equal(memo, memo.T)  # each pair decided once, for both orders
+        assert (memo[~np.eye(n, dtype=bool)] >= 0).all()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], brute_twins(masks, sgeval.MERGE_IOU))
+    return results[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_twins_match_brute_force_iou(seed):
+    """Random masks, dense and small, with copies, near copies and empty ones, at several widths
+    (word padding, rows sharing a word) and thresholds."""
+    rng = np.random.default_rng(seed)
+    height, width = int(rng.integers(1, 12)), [1, 7, 16, 21, 64, 100][seed]
+    masks = rng.random((16, height, width)) < rng.uniform(0.05, 0.6)
+    for mask in masks[8:12]:  # small objects: boxes prune most of their pairs
+        mask[:] = False
+        y, x = rng.integers(0, height), rng.integers(0, width)
+        mask[y: y + rng.integers(1, 4), x: x + rng.integers(1, 6)] = True
+    masks[12] = masks[3]  # a copy
+    masks[13] = masks[3]
+    masks[13].flat[rng.integers(0, masks[13].size)] ^= True  # a near copy
+    masks[14:] = False  # two empty masks: never twins, not even of each other
+    twins = assert_twins(masks)
+    assert not twins[14:].any() and twins[3, 12]
+
+
+def test_twins_ties_and_the_box_bound():
+    """IoU exactly 0.5 is a twin (>=), just below it is not; pairs whose areas and box overlap
+    allow 0.5 exactly are compared, not pruned."""
+    masks = np.zeros((11, 8, 16), bool)
+    masks[0, :, :8], masks[1, :, :4] = True, True  # 1 inside 0 with half its area: IoU 32/64 = 0.5
+    # 2 and 3: 48 pixels each (whole rows: a word spans 4 rows), boxes overlapping in 32 pixels; IoU
+    # 32/64 = 0.5 equals the bound 32 / (48 + 48 - 32)
+    masks[2, :3], masks[3, 1:4] = True, True
+    masks[4, :6, :6], masks[5, 5:, :12] = True, True  # equal areas 36, boxes overlapping in 6 < 36
+    masks[6, 0, 0], masks[7, 0, :2] = True, True  # one pixel inside two: IoU 1/2
+    masks[8, 7, 15] = True  # the last pixel, alone
+    masks[9, :, :8], masks[10, :, :4] = True, True
+    masks[10, 0, 3] = False  # 31 pixels inside 64: IoU 31/64, just below 0.5
+    twins = assert_twins(masks)
+    assert twins[0, 1] and twins[2, 3] and twins[6, 7]
+    assert not twins[4, 5] and not twins[8].any() and not twins[9, 10]
+
+

@@ -1,4 +1,5 @@
-"""Hand-computed fixtures: every metric, each number worked out in the comments."""
+"""Hand-computed fixtures on sgeval (run_case): every metric, each number worked out in the comments
+(the spec run on both sgeval and the reference: test_spec.py)."""
 
 import pytest
 from conftest import cells, gt_image, pred_image, run_case

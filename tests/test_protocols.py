@@ -1,5 +1,6 @@
-"""Hand-computed fixtures: SingleMPO merge, the three protocols, zero-shot, IMR / wIMR, pooled
-aggregation and the protocol audit."""
+"""Hand-computed fixtures on sgeval: the SingleMPO merge (merge_instances and its twins, then
+whole runs), the three protocols, zero-shot, IMR / wIMR, pooled aggregation and the protocol
+audit."""
 
 import numpy as np
 import pytest
@@ -31,16 +32,21 @@ def garbage(shape):
     return np.full(shape, np.iinfo(np.uint64).max, np.uint64)
 
 
+def undecided(n):
+    """A twins matrix with no pair decided yet (see sgeval._twins)."""
+    return np.full((n, n), -1, np.int8)
+
+
 def merge(scores):
     pred = sgeval.PredImage("1", np.array(CATEGORIES), None, None if scores is None else np.array(scores),
                             np.array(TRIPLETS), np.array(TRIPLETS), None)
     bits = sgeval.pack_masks(np.array(MASKS))
+    boxes = sgeval.mask_boxes(bits, 8)
     order = sgeval.merge_order(pred)
-    iou = sgeval.self_iou(bits, sgeval.mask_boxes(bits, 8), 8, 0.5)
-    node_of, source, node_bits = sgeval.merge_instances(iou, bits, sgeval.mask_boxes(bits, 8), 8, order, 0.5, True,
-                                                        garbage(bits.shape))
-    node_masks = np.unpackbits(node_bits.view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8).astype(bool)
-    return order.tolist(), node_of.tolist(), source.tolist(), node_masks
+    node_bits = garbage(bits.shape)
+    node_of, source = sgeval.merge_instances(undecided(len(bits)), bits, boxes, 8, order, True, node_bits)
+    node_masks = np.unpackbits(node_bits[:len(source)].view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8)
+    return order.tolist(), node_of.tolist(), source.tolist(), node_masks.astype(bool)
 
 
 def test_merge_by_score_claims_pixels_absorbs_ignoring_labels_and_drops_empty():
@@ -78,22 +84,30 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
     boxes = sgeval.mask_boxes(bits, width)
     full = boxes.copy()
     full[:, 1:] = [0, 6, 0, width - 1]  # boxes as large as the image: nothing pruned
-    iou = sgeval.self_iou(bits, boxes, width, 0.5)
     for order in (np.arange(14), rng.permutation(14)):
         for claim in (True, False):
-            fast = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim, garbage(bits.shape))
-            for other in (sgeval.merge_instances.py_func(iou, bits, boxes, width, order, 0.5, claim,
-                                                         np.zeros_like(bits)),
-                          sgeval.merge_instances(iou, bits, full, width, order, 0.5, claim, garbage(bits.shape))):
-                for a, b in zip(fast, other):
-                    np.testing.assert_array_equal(a, b)
-            assert fast[0][6] == (-1 if claim else fast[0][6])  # the empty mask is dropped
-            assert fast[2].any() == claim  # node masks: the claimed pixels, none without claiming
-            unkept = sgeval.merge_instances(iou, bits, boxes, width, order, 0.5, claim,
-                                            np.zeros((0, bits.shape[1]), np.uint64))  # node masks not kept
-            np.testing.assert_array_equal(unkept[0], fast[0])
-            np.testing.assert_array_equal(unkept[1], fast[1])
-            assert unkept[2].shape == (0, bits.shape[1])
+            node_bits = garbage(bits.shape)
+            node_of, source = sgeval.merge_instances(undecided(14), bits, boxes, width, order, claim, node_bits)
+            nodes = node_bits[:len(source)]
+            for kernel, walk_boxes, buffer in ((sgeval.merge_instances.py_func, boxes, np.zeros_like(bits)),
+                                               (sgeval.merge_instances, full, garbage(bits.shape))):
+                other_node_of, other_source = kernel(undecided(14), bits, walk_boxes, width, order, claim, buffer)
+                np.testing.assert_array_equal(other_node_of, node_of)
+                np.testing.assert_array_equal(other_source, source)
+                np.testing.assert_array_equal(buffer[:len(source)], nodes)
+            assert node_of[6] == (-1 if claim else node_of[6])  # the empty mask is dropped
+            assert nodes.any() == claim  # node masks: the claimed pixels, none without claiming
+            if claim:  # the nodes' pixels: each instance's pixels no earlier node claimed
+                claimed = np.zeros_like(masks[0])
+                for n, i in enumerate(source):
+                    own = sgeval.pack_masks((masks[i] & ~claimed)[None])[0]
+                    np.testing.assert_array_equal(nodes[n], own)
+                    claimed |= masks[i]
+            unkept = np.zeros((0, bits.shape[1]), np.uint64)  # node masks not kept
+            unkept_node_of, unkept_source = sgeval.merge_instances(undecided(14), bits, boxes, width, order, claim,
+                                                                   unkept)
+            np.testing.assert_array_equal(unkept_node_of, node_of)
+            np.testing.assert_array_equal(unkept_source, source)
 
 
 def protocol_case(tmp_path, scores=SCORES, **config):

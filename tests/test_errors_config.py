@@ -1,0 +1,217 @@
+"""Bad configuration (SPEC section 8): config values (make_config), YAML files (load_config) and
+command line options. Every problem is one SGEvalError line naming the config (or the YAML file)
+and the key; all problems are reported together."""
+
+import re
+
+import pytest
+from click.testing import CliRunner
+from conftest import (assert_cli_reports, checked, config_problems, matching, only, perfect_case, sgeval,
+                      write_yaml)
+
+
+# -------------------------------------------------------------------------------- config values
+
+
+def test_config_unknown_key_lists_the_valid_keys(tmp_path):
+    values = perfect_case(tmp_path)
+    problem = only(config_problems({**values, "kk": [20]}), "config", None, "kk")
+    for field in sgeval.dataclasses.fields(sgeval.Config):
+        assert field.name in problem
+
+
+@pytest.mark.parametrize("k", [["0"], ["-5"], ["abc"], ["x0"], ["x-1"], ["xnan"], ["xinf"], ["20.5"], ["x"],
+                               [True]])
+def test_config_bad_k(tmp_path, k):
+    values = perfect_case(tmp_path)
+    only(config_problems({**values, "k": ["20", *k]}), "config", None, "k", str(k[0]))
+
+
+@pytest.mark.parametrize("k", [[], "", " , "])
+def test_config_empty_k(tmp_path, k):
+    only(config_problems({**perfect_case(tmp_path), "k": k}), "config", None, "k")
+
+
+@pytest.mark.parametrize("protocol", ["bogus", "", None, "UNIQUE"])
+def test_config_bad_protocol(tmp_path, protocol):
+    problem = only(config_problems({**perfect_case(tmp_path), "protocol": protocol}), "config", None, "protocol")
+    assert "unique" in problem and "multimpo" in problem
+
+
+@pytest.mark.parametrize("workers", [0, -1, "two", None, 1.5, True])
+def test_config_bad_workers(tmp_path, workers):
+    only(config_problems({**perfect_case(tmp_path), "workers": workers}), "config", None, "workers")
+
+
+@pytest.mark.parametrize("threshold", [0, 1.5, "half", None, float("nan")])
+def test_config_bad_iou_threshold(tmp_path, threshold):
+    only(config_problems({**perfect_case(tmp_path), "iou_threshold": threshold}), "config", None, "iou_threshold")
+
+
+def test_config_bad_absent_predicates(tmp_path):
+    only(config_problems({**perfect_case(tmp_path), "absent_predicates": "drop"}), "config", None, "absent_predicates")
+
+
+@pytest.mark.parametrize("metrics", [["R", "Foo"], "R,mr"])
+def test_config_unknown_metric_family(tmp_path, metrics):
+    problem = only(config_problems({**perfect_case(tmp_path), "metrics": metrics}), "config", None, "metric")
+    assert "Foo" in problem or "mr" in problem
+    assert all(family in problem for family in sgeval.METRIC_FAMILIES)
+
+
+def test_config_missing_gt_and_pred():
+    problems = config_problems({})
+    assert len(problems) == 2, problems
+    assert matching(problems, "config", None, "'gt'") and matching(problems, "config", None, "'pred'")
+
+
+def test_config_problems_are_collected(tmp_path):
+    problems = config_problems({"k": ["20", "0"], "protocol": "x", "workers": 0, "metrics": ["Q"]})
+    assert len(problems) == 6, problems  # gt, pred, k, metrics, protocol, workers
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "", None, "POOLED", ["pooled"]])
+def test_config_bad_aggregation(tmp_path, aggregation):
+    problems = config_problems({**perfect_case(tmp_path), "aggregation": aggregation})
+    problem = only(problems, "config", None, "aggregation")
+    assert "per_image" in problem and "pooled" in problem
+
+
+@pytest.mark.parametrize("protocols, bad", [(["unique", "bogus"], "bogus"), ("singlempo,bogus", "bogus"),
+                                            (["MultiMPO"], "MultiMPO"), ("unique, single", "single")])
+def test_config_unknown_protocol_in_protocols(tmp_path, protocols, bad):
+    problem = only(config_problems({**perfect_case(tmp_path), "protocols": protocols}), "config", None, "protocol",
+                   f"'{bad}'")
+    assert all(name in problem for name in sgeval.PROTOCOLS)
+
+
+@pytest.mark.parametrize("imr_k", [["x1"], ["0"], ["-2"], ["1.5"], ["ten"], [True], "x10"])
+def test_config_bad_imr_k(tmp_path, imr_k):
+    bad = imr_k if isinstance(imr_k, str) else str(imr_k[0])
+    values = {**perfect_case(tmp_path), "imr_k": ["10", *imr_k] if isinstance(imr_k, list) else imr_k}
+    only(config_problems(values), "config", None, "imr_k", f"'{bad}'", "positive integer")
+
+
+@pytest.mark.parametrize("imr_k", [[], "", " , "])
+def test_config_empty_imr_k(tmp_path, imr_k):
+    only(config_problems({**perfect_case(tmp_path), "imr_k": imr_k}), "config", None, "imr_k")
+
+
+@pytest.mark.parametrize("tau", [-0.1, 1.5, "half", "0.5", None, True, float("nan"), float("inf")])
+def test_config_bad_wimr_tau(tmp_path, tau):
+    problem = only(config_problems({**perfect_case(tmp_path), "wimr_tau": tau}), "config", None, "wimr_tau")
+    assert re.search(r"\[0(\.0)?, 1(\.0)?\]", problem), problem  # the closed range [0, 1]
+
+
+def test_config_wimr_tau_bounds_are_valid(tmp_path):
+    for tau in (0, 1, 0.0, 1.0):
+        assert sgeval.make_config({**perfect_case(tmp_path), "wimr_tau": tau}).wimr_tau == tau
+
+
+def test_config_iou_threshold_message_states_the_range(tmp_path):
+    problem = only(config_problems({**perfect_case(tmp_path), "iou_threshold": 0}), "config", None, "iou_threshold")
+    assert "(0, 1]" in problem, problem  # not an internal bound such as "[1e-09, 1.0]"
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None])
+def test_config_per_predicate_not_a_boolean(tmp_path, value):
+    only(config_problems({**perfect_case(tmp_path), "per_predicate": value}), "config", None, "per_predicate", "true")
+
+
+def test_config_newer_key_problems_are_collected(tmp_path):
+    problems = config_problems({**perfect_case(tmp_path), "aggregation": "mean", "protocols": ["bogus"], "imr_k": "x1",
+                                "wimr_tau": 2, "per_predicate": "yes"})
+    assert len(problems) == 5, problems
+    for key in ("aggregation", "protocol", "imr_k", "wimr_tau", "per_predicate"):
+        assert matching(problems, "config", None, key), key
+
+
+# ----------------------------------------------------------------------------------- YAML files
+
+
+@pytest.mark.parametrize("text", ["k: [1, 2\nprotocol: unique\n", "gt: a\n  pred: b\n bad: [", "\tgt: x\n"],
+                         ids=["unclosed", "indentation", "tab"])
+def test_config_malformed_yaml(tmp_path, text):
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    only(checked(info.value), path, None, "YAML")
+
+
+def test_config_unreadable_yaml(tmp_path):
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    only(checked(info.value), path)
+
+
+@pytest.mark.parametrize("text", ["- gt: a\n- pred: b\n", "just a string\n", "42\n"])
+def test_config_yaml_not_a_mapping(tmp_path, text):
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    only(checked(info.value), path, None, "mapping")
+
+
+def test_config_unknown_yaml_key_names_the_file(tmp_path):
+    values = perfect_case(tmp_path)
+    path = write_yaml(tmp_path, f"gt: {values['gt']}\npred: {values['pred']}\niou: 0.5\n")
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    problem = only(checked(info.value), path, None, "'iou'")
+    assert "iou_threshold" in problem
+
+
+# -------------------------------------------------------------------------------------- the CLI
+# The CLI: each builder breaks a case and returns (YAML config path or None, option values,
+# problem count); the library and the CLI report the same problems (assert_cli_reports).
+
+
+def bad_options(tmp_path):
+    return None, {**perfect_case(tmp_path), "k": "20,0,xq", "metrics": "R,Nope", "workers": "0"}, 4
+
+
+def unknown_yaml_key(tmp_path):
+    values = perfect_case(tmp_path)
+    return write_yaml(tmp_path, f"gt: {values['gt']}\npred: {values['pred']}\nprotocl: unique\n"), {}, 1
+
+
+def malformed_yaml(tmp_path):
+    return write_yaml(tmp_path, "k: [1, 2\nprotocol: unique\n"), {}, 1
+
+
+def missing_yaml(tmp_path):
+    return tmp_path / "missing.yaml", {}, 1
+
+
+def no_gt_no_pred(tmp_path):
+    return None, {}, 2
+
+
+def bad_newer_options(tmp_path):
+    return None, {**perfect_case(tmp_path), "imr_k": "x1,0", "wimr_tau": "1.5", "protocols": "unique,bogus"}, 4
+
+
+def bad_newer_yaml_keys(tmp_path):
+    values = perfect_case(tmp_path)
+    text = (f"gt: {values['gt']}\npred: {values['pred']}\naggregation: mean\nper_predicate: \"yes\"\n"
+            "wimr_tau: half\nprotocols: [unique, singlempo, bogus]\n")
+    return write_yaml(tmp_path, text), {}, 4
+
+
+@pytest.mark.parametrize("build", [bad_options, unknown_yaml_key, malformed_yaml, missing_yaml, no_gt_no_pred,
+                                  bad_newer_options, bad_newer_yaml_keys],
+                         ids=lambda build: build.__name__)
+def test_cli_reports_one_error_line_per_problem(tmp_path, build):
+    assert_cli_reports(tmp_path, build)
+
+
+@pytest.mark.parametrize("option, value", [("--aggregation", "mean"), ("--wimr-tau", "half"),
+                                           ("--protocol", "bogus"), ("--iou-threshold", "x")])
+def test_cli_option_of_the_wrong_type_is_a_usage_error(tmp_path, option, value):
+    """click checks typed options before sgeval sees them: a usage error, no traceback."""
+    values = perfect_case(tmp_path)
+    result = CliRunner().invoke(sgeval.main, ["--quiet", "--gt", values["gt"], "--pred", values["pred"], option, value])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert option in result.stderr and value in result.stderr
