@@ -544,6 +544,16 @@ def test_broken_strip_tags(layout):
         assert words in read_tiff(raw, 4, 9, 16), name
 
 
+@pytest.mark.parametrize("compression", [None, "adobe_deflate"])
+@pytest.mark.parametrize("offset", [2**64 - 1, 2**63, 2**63 - 1])
+def test_bigtiff_strip_offsets_beyond_int64_are_a_problem(compression, offset):
+    """LONG8 strip offsets near or past the int64 range (once a read far out of bounds): one problem."""
+    data = tiff_bytes(np.ones((2, 9, 16), np.uint8), compression=compression, bigtiff=True)
+    with tifffile.TiffFile(io.BytesIO(data)) as tiff:
+        offsets = list(tiff.pages[0].dataoffsets)
+    assert "past the end" in read_tiff(patched(data, 0, "StripOffsets", [offset] + offsets[1:]), 2, 9, 16)
+
+
 @pytest.mark.parametrize("dtype", ["bool", "uint8"])
 def test_strips_that_inflate_to_other_sizes(dtype):
     """Deflate strips holding fewer rows than RowsPerStrip says (patched 2 -> 3), or more than the
