@@ -62,6 +62,7 @@ import tifffile
 from PIL import Image
 
 import sgeval
+from bench.run import describe_statistics
 
 try:
     from tools import synth
@@ -630,19 +631,6 @@ def summarise_statistics(per_image, params):
     return {"images": len(per_image), "per_image_mean": means,
             "mask_area_percent": round(100 * means["mask_area"] / pixels, 2),
             "gt_segment_area_percent": round(100 * means["gt_segment_area"] / pixels, 2)}
-
-
-def describe_statistics(stamp):
-    """One line: the statistics of a stamp, for reports."""
-    s = stamp.get("statistics")
-    if not s:
-        return "no statistics in the stamp"
-    m = s["per_image_mean"]
-    return (f"per image: {m['pairs_iou_ge_0.5']:.1f} predicted mask pairs with IoU >= 0.5, "
-            f"{m['pairs_iou_0.3_0.5']:.1f} in [0.3, 0.5), {m['pairs_candidates_0.5']:.1f} whose areas and boxes "
-            f"allow IoU >= 0.5, {m['pairs_overlapping']:.1f} overlapping; mean mask {s['mask_area_percent']:.1f} % "
-            f"of the image, GT segment {s['gt_segment_area_percent']:.1f} % ({m['gt_segments']:.1f} per image); "
-            f"{m['triplets']:.0f} triplets")
 
 
 def stamp_for(params):

@@ -447,7 +447,7 @@ def describe_statistics(stamp):
     m = s["per_image_mean"]
     return (f"predicted masks per image: {m['pairs_iou_ge_0.5']:.1f} pairs with IoU >= 0.5, "
             f"{m['pairs_iou_0.3_0.5']:.1f} in [0.3, 0.5), {m['pairs_candidates_0.5']:.1f} whose areas and boxes allow "
-            f"IoU >= 0.5; mean mask {s['mask_area_percent']:.1f} % of the image, mean GT segment "
+            f"IoU >= 0.5, {m['pairs_overlapping']:.1f} overlapping; mean mask {s['mask_area_percent']:.1f} % of the image, mean GT segment "
             f"{s['gt_segment_area_percent']:.1f} % ({m['gt_segments']:.1f} per image), {m['triplets']:.0f} triplets")
 
 

@@ -129,13 +129,15 @@ def test_config_newer_key_problems_are_collected(tmp_path):
 # ----------------------------------------------------------------------------------- YAML files
 
 
-@pytest.mark.parametrize("text", ["k: [1, 2\nprotocol: unique\n", "gt: a\n  pred: b\n bad: [", "\tgt: x\n"],
-                         ids=["unclosed", "indentation", "tab"])
-def test_config_malformed_yaml(tmp_path, text):
+@pytest.mark.parametrize("text, words", [
+    ("k: [1, 2\nprotocol: unique\n", "YAML"), ("gt: a\n  pred: b\n bad: [", "YAML"), ("\tgt: x\n", "YAML"),
+    ("- gt: a\n- pred: b\n", "mapping"), ("just a string\n", "mapping"), ("42\n", "mapping")],
+    ids=["unclosed", "indentation", "tab", "list", "string", "number"])
+def test_config_malformed_yaml_or_not_a_mapping(tmp_path, text, words):
     path = write_yaml(tmp_path, text)
     with pytest.raises(sgeval.SGEvalError) as info:
         sgeval.load_config(path)
-    only(checked(info.value), path, None, "YAML")
+    only(checked(info.value), path, None, words)
 
 
 def test_config_unreadable_yaml(tmp_path):
@@ -143,14 +145,6 @@ def test_config_unreadable_yaml(tmp_path):
     with pytest.raises(sgeval.SGEvalError) as info:
         sgeval.load_config(path)
     only(checked(info.value), path)
-
-
-@pytest.mark.parametrize("text", ["- gt: a\n- pred: b\n", "just a string\n", "42\n"])
-def test_config_yaml_not_a_mapping(tmp_path, text):
-    path = write_yaml(tmp_path, text)
-    with pytest.raises(sgeval.SGEvalError) as info:
-        sgeval.load_config(path)
-    only(checked(info.value), path, None, "mapping")
 
 
 def test_config_unknown_yaml_key_names_the_file(tmp_path):
