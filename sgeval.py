@@ -50,11 +50,26 @@ A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
 The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
 ``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
 TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
-uint8 or 1-bit samples, GT image size. An image with no instances needs no TIFF. ZIP members are
+GT image size; pages of 1-, 8- or 16-bit integer samples, uncompressed or LZW, deflate, PackBits,
+LZMA or Zstandard (not JPEG or other lossy codecs). An image with no instances needs no TIFF. ZIP members are
 read in memory, never extracted. ``triplets.json`` (UTF-8) is read one record at a time, so
 memory holds a few records and one image's masks. ``write_predictions`` writes the format: each
 TIFF is one 1-bit deflate page whose samples, stored apart (planar), are the masks, so a reader
 parses one directory per image instead of one per mask (SGBench 1.0 reads it too).
+
+Strict reading and limits (SPEC section 8)
+------------------------------------------
+Every problem is one line naming file, image id and field; all of a pass are raised together as
+one SGEvalError (the CLI prints ``error:`` lines and exits 1). JSON ``true``/``false`` are not
+integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); a bbox is four
+finite numbers; ``triplets`` and ``relations`` are lists of ``[3 integers]`` rows (``[[]]`` and
+``null`` are malformed; ``ng_triplets: null`` means not given); ``version`` is the integer 1; a
+ZIP member name appears once; every GT segment id occurs in its PNG. Limits: ``workers`` <=
+MAX_WORKERS (64); a GT image <= MAX_IMAGE_PIXELS (2**26, environment variable
+``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a record, an entry) <= 2**26 characters; a mask TIFF
+<= 2 bytes per pixel of its masks + 1 MiB and as many masks as instances (checked before
+decoding); JSON and YAML nesting as deep as Python's recursion limit; config values are scalars or
+flat lists. Control characters in messages are shown escaped.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
 -----------------------------------------------------------------------------------
@@ -126,10 +141,12 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import typing
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 import click
@@ -150,11 +167,16 @@ PROTOCOLS = ("unique", "singlempo", "multimpo")
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_WORKERS = 64
+MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
+
+
 class SGEvalError(ValueError):
     """Bad input. ``problems`` holds one line per problem (file, image id, field)."""
 
-    def __init__(self, problems):
-        self.problems = list(problems)
+    def __init__(self, problems):  # control characters (a newline in an image id) are shown escaped
+        self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -247,8 +269,8 @@ def make_config(values, source="config"):
                  for key, allowed in _CHOICES.items() if merged[key] not in allowed]
     workers = merged["workers"]
     workers = int(workers) if isinstance(workers, str) and workers.strip().isdigit() else workers
-    if type(workers) is not int or workers < 1:
-        problems.append(f"{source}: workers must be a positive integer")
+    if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
+        problems.append(f"{source}: workers must be an integer from 1 to {MAX_WORKERS}")
     problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
                  if not isinstance(merged[key], bool)]
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
@@ -270,11 +292,15 @@ def load_config(path=None, **overrides):
     values = {}
     if path is not None:
         try:
-            values = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
+            values = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:  # ValueError: not UTF-8
             raise SGEvalError([f"{path}: cannot read YAML config: {' '.join(str(error).split())}"]) from None
         if not isinstance(values, dict):
             raise SGEvalError([f"{path}: the config must be a mapping of keys to values"])
+        nested = [key for key, value in values.items() if isinstance(value, (list, dict)) and not _types(
+            value if isinstance(value, list) else [value]) <= {str, int, float, bool, type(None)}]
+        if nested:  # never printed or walked: an alias bomb expands only when it is
+            raise SGEvalError([f"{path}: '{key}' must be a value or a list of values" for key in map(str, nested)])
     values.update({key: value for key, value in overrides.items() if value is not None})
     return make_config(values, source=str(path) if path else "config")
 
@@ -313,15 +339,16 @@ def _types(values):
 
 
 def _rows_array(value, width):
-    """A JSON list of rows of `width` integers (None: no rows) -> (N, width) int64, else None."""
-    try:
-        array = np.asarray([] if value is None else value)
-    except ValueError:  # ragged
+    """A JSON list of rows of `width` integers -> (N, width) int64, else None. Booleans are not
+    integers, and [[]] is not an empty list."""
+    if not isinstance(value, list) or not _types(value) <= {list} \
+            or not _types(itertools.chain.from_iterable(value)) <= {int}:
         return None
-    if array.size == 0:
-        return np.zeros((0, width), np.int64)
-    return array.astype(np.int64) if array.ndim == 2 and array.shape[1] == width and array.dtype.kind in "iu" \
-        else None
+    try:
+        array = np.array(value, np.int64)
+    except (ValueError, OverflowError):  # ragged, or beyond int64
+        return None
+    return array.reshape(0, width) if not value else array if array.shape[1:] == (width,) else None
 
 
 def _int_array(values):
@@ -333,10 +360,10 @@ def _int_array(values):
 
 
 def _box_array(boxes):
-    """(N, 4) float64 of a list of boxes of at least four JSON numbers (the first four), else None."""
-    if not _types(boxes) <= {list} or min(map(len, boxes), default=4) < 4:
+    """(N, 4) float64 of a list of boxes of four JSON numbers each, else None."""
+    if not _types(boxes) <= {list} or not set(map(len, boxes)) <= {4}:
         return None
-    values = list(itertools.chain.from_iterable(box[:4] for box in boxes))
+    values = list(itertools.chain.from_iterable(boxes))
     return np.array(values, np.float64).reshape(-1, 4) if _types(values) <= {int, float} else None
 
 
@@ -383,7 +410,7 @@ def _compact_entry(entry):
     if ids is None or categories is None:
         problems["segments_info"] = "field 'segments_info' must list objects with an integer 'id' and 'category_id'"
     if boxes is None:
-        problems["annotations"] = "field 'annotations' must list objects with a 'bbox' of 4 numbers"
+        problems["annotations"] = "field 'annotations' must list objects with a 'bbox' of four numbers"
     if relations is None:
         problems["relations"] = "field 'relations' must be a list of [3 integers] rows"
     return _Entry(str(entry["image_id"]), *size, entry.get("pan_seg_file_name"), ids, categories, boxes, relations,
@@ -411,6 +438,10 @@ def read_gt(gt_path, seg_root=None):
                 [f"{where}: {text}" for text in entry.problems.values()]
             continue
         seen.add(entry.image_id)
+        if entry.height * entry.width > MAX_IMAGE_PIXELS:
+            problems.append(f"{where}: height x width {entry.height} x {entry.width} exceeds the limit of "
+                            f"{MAX_IMAGE_PIXELS} pixels (environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
+            continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
             skipped += 1
@@ -458,8 +489,8 @@ def _load_annotations(path, keys, what="JSON"):
             else:
                 data = {key: ([_compact_entry(item) for item in value] if key == "data" else list(value))
                         if isinstance(value, collections.abc.Iterator) else value for key, value in stream.members()}
-    except (OSError, ValueError) as error:
-        raise SGEvalError([f"{path}: cannot read {what}: {error}"]) from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise SGEvalError([f"{path}: cannot read {what}: {type(error).__name__}: {error}"]) from None
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
         raise SGEvalError([f"{path}: missing top-level field '{key}'" for key in missing])
@@ -521,7 +552,7 @@ def read_zeroshot(path, n_objects, n_predicates):
                                    line.replace(";", ",").split(",")]) for i, line in enumerate(text.splitlines(), 1)
                     if line.strip()]
             rows = rows[1:] if rows and type(rows[0][1][0]) is str else rows  # a header line
-    except (OSError, ValueError, TypeError) as error:
+    except (OSError, ValueError, TypeError, RecursionError) as error:
         raise SGEvalError([f"{path}: cannot read zero-shot triplets: {error}"]) from None
     problems, types = [], set()
     for where, row in rows:
@@ -565,9 +596,13 @@ class PredSource:
         self.kind = "zip" if zipfile.is_zipfile(self.path) else "dir" if os.path.isdir(self.path) else "json"
         self.folder = self.path if self.kind == "dir" else os.path.dirname(self.path)  # of the files
 
-    def read(self, name):
+    def read(self, name, limit=None):
+        """The bytes of one file; ValueError when it holds more than limit bytes."""
         with self.open(name) as stream:
-            return stream.read()
+            data = stream.read(-1 if limit is None else limit + 1)
+        if limit is not None and len(data) > limit:
+            raise ValueError(f"the file holds more than {limit} bytes, more than its masks can need")
+        return data
 
     def open(self, name):
         """A binary stream of one file."""
@@ -577,10 +612,11 @@ class PredSource:
         return self._zip.open(name)
 
     def members(self):
-        """Names available to read (zip members), or None for a directory or a .json file."""
+        """Names of the zip members in order (duplicates included), or None for a directory or a
+        .json file."""
         if self.kind == "zip":
             with zipfile.ZipFile(self.path) as archive:
-                return set(archive.namelist())
+                return archive.namelist()
 
     def close(self):
         if self._zip is not None:
@@ -608,13 +644,17 @@ class _JSONStream:
     on a window of text, so memory holds one value and a chunk, not the document."""
 
     CHUNK = 1 << 20
+    MAX_VALUE = 1 << 26  # characters of one value (an image record, a psg.json entry)
+    BLANK = re.compile(r"[ \t\n\r]*")
 
     def __init__(self, stream):
         self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
         self.utf8, self.decoder = codecs.getincrementaldecoder("utf-8-sig")(), json.JSONDecoder()
 
     def _more(self):
-        chunk = self.stream.read(self.CHUNK)
+        if len(self.text) - self.pos > self.MAX_VALUE:
+            raise self._error(f"a value longer than the limit of {self.MAX_VALUE} characters starts")
+        chunk = self.stream.read(max(self.CHUNK, len(self.text) - self.pos))  # doubles while a value goes on
         self.eof, self.offset = not chunk, self.offset + self.pos
         self.text, self.pos = self.text[self.pos:] + self.utf8.decode(chunk, final=self.eof), 0
 
@@ -624,8 +664,7 @@ class _JSONStream:
     def peek(self):
         """The next non-blank character ('' at the end)."""
         while True:
-            while self.pos < len(self.text) and self.text[self.pos] in " \t\n\r":
-                self.pos += 1
+            self.pos = self.BLANK.match(self.text, self.pos).end()
             if self.pos < len(self.text) or self.eof:
                 return self.text[self.pos: self.pos + 1]
             self._more()
@@ -682,6 +721,13 @@ class _JSONStream:
                 return
 
 
+# What reading a JSON document from a file or a ZIP member can raise on bad bytes: zipfile raises
+# RuntimeError (encrypted), NotImplementedError (compression), EOFError and zlib.error (corrupt
+# data); the json module RecursionError (nesting too deep).
+_READ_ERRORS = (OSError, KeyError, ValueError, EOFError, RuntimeError, NotImplementedError, zlib.error,
+                zipfile.BadZipFile)
+
+
 def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     """Read a prediction: returns (PredSource, iterator of its valid PredImage records in file
     order). triplets.json is read incrementally, one image record in memory at a time; problems
@@ -698,8 +744,11 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     except (OSError, zipfile.BadZipFile) as error:
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {error}"]) from None
     problems.extend(f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
-                    for m in sorted(members or ()) if _unsafe_member(m))
-    return source, _records(source, name, members, n_objects, n_predicates, mode, problems)
+                    for m in sorted(set(members or ())) if _unsafe_member(m))
+    problems.extend(f"{pred_path}: ZIP member '{m}' appears {n} times (which one is meant?)"
+                    for m, n in sorted(collections.Counter(members or ()).items()) if n > 1)
+    return source, _records(source, name, None if members is None else set(members), n_objects, n_predicates,
+                            mode, problems)
 
 
 def _records(source, name, members, n_objects, n_predicates, mode, problems):
@@ -709,7 +758,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
             for key, value in _JSONStream(stream).members():
                 if key == "version":
                     version = value
-                    if version != 1:
+                    if type(version) is not int or version != 1:  # true is not 1
                         break
                 elif key == "images" and not seen_images and isinstance(value, collections.abc.Iterator):
                     seen_images = True
@@ -723,9 +772,9 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
                                                                           "must be a list")])
     except SGEvalError:
         raise
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise SGEvalError([f"{pred_path}: cannot read {name}: {error}"]) from None
-    if version != 1:
+    except _READ_ERRORS as error:
+        raise SGEvalError([f"{pred_path}: cannot read {name}: {type(error).__name__}: {error}"]) from None
+    if type(version) is not int or version != 1:
         raise SGEvalError([f"{pred_path}: field 'version' is {version!r}; this reader knows version 1"])
     if not seen_images:
         raise SGEvalError([f"{pred_path}: field 'images' must be a list"])
@@ -822,9 +871,9 @@ def _box_problem(boxes, mode):
             continue
         if box is None:
             text = "field 'bbox' is required in box mode"
-        elif not (isinstance(box, list) and len(box) >= 4 and _types(box[:4]) <= {int, float}):
-            text = "field 'bbox' must be [x1, y1, x2, y2] numbers"
-        elif not all(map(math.isfinite, box[:4])):
+        elif not (isinstance(box, list) and len(box) == 4 and _types(box) <= {int, float}):
+            text = "field 'bbox' must be [x1, y1, x2, y2]: four numbers"
+        elif not all(map(math.isfinite, box)):
             text = "field 'bbox' holds NaN or inf"
         elif mode == "box" and (box[2] < box[0] or box[3] < box[1]):
             text = "field 'bbox' has x2 < x1 or y2 < y1"
@@ -905,7 +954,10 @@ def load_gt_masks(image):
     n_words = _words(image.height * image.width)
     bits = _buffer("gt_bits", len(image.segment_ids) * n_words, np.uint64).reshape(-1, n_words)
     bits[:] = 0
-    pack_segments(rgb, image.segment_ids, bits.view(np.uint8))
+    found = pack_segments(rgb, image.segment_ids, bits.view(np.uint8))
+    if not found.all():
+        raise SGEvalError([f"{where}: field 'segments_info' lists segment id {', '.join(map(str, image.segment_ids[found == 0]))}"
+                           f", which the panoptic PNG does not hold (an empty GT mask)"])
     return bits
 
 
@@ -913,23 +965,22 @@ def load_pred_masks(source, record, height, width, needed=None):
     """Packed masks (P, W) of one prediction, from its TIFF: one page (or one layer of a 3-D
     page) per instance, non-zero = inside. needed: optional (P,) bool; masks not needed may be
     left empty. The result is a buffer reused by the next call."""
-    where = f"{source.path}: image {record.image_id}: {record.seg_filename}"
+    where, n_masks = f"{source.path}: image {record.image_id}: {record.seg_filename}", len(record.categories)
     try:
-        data = source.read(record.seg_filename)
+        data = source.read(record.seg_filename, n_masks * height * width * 2 + (1 << 20))  # 16-bit, raw
         with tifffile.TiffFile(io.BytesIO(data)) as tiff:
-            bits = _strip_pages(tiff, data, height, width, needed, where)
+            bits = _strip_pages(tiff, data, height, width, n_masks, needed, where)
             if bits is None:
-                bits = pack_masks(_tifffile_layers(tiff, height, width, where))
+                bits = pack_masks(_tifffile_layers(tiff, height, width, n_masks, where))
     except SGEvalError:
         raise
     except Exception as error:  # zipfile, tifffile and the codecs raise many types on corrupt data
         raise SGEvalError([f"{where}: cannot read TIFF: {type(error).__name__}: {error}"]) from None
-    if len(bits) != len(record.categories):
-        raise SGEvalError([f"{where}: {len(bits)} masks for {len(record.categories)} instances"])
+    _check_mask_count(len(bits), n_masks, where)
     return bits
 
 
-def _strip_pages(tiff, data, height, width, needed, where):
+def _strip_pages(tiff, data, height, width, n_masks, needed, where):
     """Packed masks of a TIFF whose pages hold 1- or 8-bit samples in strips, uncompressed or
     deflate (what writers of the format write): one mask per page, or per sample of a page whose
     samples are stored apart (planar); None for any other layout. tifffile reads page 0 whole and
@@ -951,6 +1002,7 @@ def _strip_pages(tiff, data, height, width, needed, where):
     tiff.pages.useframes = True
     tiff.pages.set_keyframe(0)
     pages, n_words, n_strips = list(tiff.pages), _words(height * width), (height + strip_rows - 1) // strip_rows
+    _check_mask_count(len(pages) * samples, n_masks, where)
     bits = _buffer("pred_bits", len(pages) * samples * n_words, np.uint64).reshape(-1, n_words)
     rows, view = bits.view(np.uint8), memoryview(data)
     direct = bits_per_pixel == 1 and width % 8 == 0
@@ -990,14 +1042,34 @@ def _read_strips(view, offsets, counts, compression, strip_size, pixels):
             raise ValueError(f"a strip inflates to fewer than its {len(target)} bytes")
 
 
-def _tifffile_layers(tiff, height, width, where):
+def _check_mask_count(count, n_masks, where):
+    if count != n_masks:
+        raise SGEvalError([f"{where}: {count} masks for {n_masks} instances"])
+
+
+# Pages sgeval decodes: unsigned or signed integer samples of 1, 8 or 16 bits, lossless compression
+# (none, LZW, deflate, PackBits, LZMA, Zstandard), any layout tifffile reads.
+MASK_BITS, MASK_COMPRESSIONS = (1, 8, 16), (1, 5, 8, 32946, 32773, 34925, 50000)
+
+
+def _tifffile_layers(tiff, height, width, n_masks, where):
     """(P, H, W) bool masks of any other TIFF layout, decoded by tifffile page by page (a page of
-    samples stored together is (H, W, S): its samples are masks too)."""
-    layers = []
-    for page in tiff.pages:
-        if (page.imagelength, page.imagewidth) != (height, width):  # checked before decoding
+    samples stored together is (H, W, S): its samples are masks too). Every page's type, size and
+    number of masks is checked before any is decoded."""
+    pages = list(tiff.pages)
+    for page in pages:
+        if (page.imagelength, page.imagewidth) != (height, width):
             raise SGEvalError([f"{where}: mask size ({page.imagelength}, {page.imagewidth}) differs from the GT "
                                f"image size ({height}, {width})"])
+        if page.bitspersample not in MASK_BITS or page.compression not in MASK_COMPRESSIONS \
+                or page.sampleformat not in (1, 2):
+            raise SGEvalError([f"{where}: a page of {page.bitspersample}-bit samples of format "
+                               f"{getattr(page.sampleformat, 'name', page.sampleformat)}, compression "
+                               f"{getattr(page.compression, 'name', page.compression)}: masks must be 1-, 8- or "
+                               f"16-bit integers, losslessly compressed"])
+    _check_mask_count(sum(math.prod(page.shape) // (height * width) for page in pages), n_masks, where)
+    layers = []
+    for page in pages:
         array = page.asarray()
         layers.extend((np.moveaxis(array, -1, 0) if page.axes.endswith("S") else array).reshape(-1, height, width)
                       != 0)
@@ -1094,8 +1166,11 @@ def _set_bits(bits_B, start, stop):
 @numba.njit(cache=_JIT_CACHE)
 def pack_segments(rgb_HWC, segment_ids_G, bits_GB):
     """Set the pixels of the panoptic segments of an 8-bit RGB(A) image (id = R + 256 G + 65536 B)
-    in their rows of bits_GB (zeroed, np.packbits order), one run of equal pixels at a time."""
+    in their rows of bits_GB (zeroed, np.packbits order), one run of equal pixels at a time.
+    Returns the pixels found per segment (G,)."""
     height, width = rgb_HWC.shape[0], rgb_HWC.shape[1]
+    found = np.empty(segment_ids_G.shape[0], np.int64)
+    found[:] = 0
     for y in range(height):
         x = 0
         while x < width:
@@ -1107,7 +1182,9 @@ def pack_segments(rgb_HWC, segment_ids_G, bits_GB):
             for g in range(segment_ids_G.shape[0]):
                 if segment_ids_G[g] == pixel_id:
                     _set_bits(bits_GB[g], y * width + start, y * width + x)
+                    found[g] += x - start
                     break
+    return found
 
 
 _EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
@@ -1333,7 +1410,7 @@ def k_values(k_labels, n_relations):
     values = []
     for label in k_labels:
         k, relative = parse_k(label)
-        values.append(max(1, math.floor(k * n_relations + 0.5)) if relative else k)
+        values.append(max(1, math.floor(min(k * n_relations + 0.5, 2 ** 62))) if relative else min(k, 2 ** 62))
     return values
 
 
@@ -1721,6 +1798,8 @@ def evaluate(config, progress=None):
     """
     if not isinstance(config, Config):
         config = make_config(dict(config))
+    if config.output:
+        write_output(config.output, None)  # fails now rather than after the evaluation
     gt = read_gt(config.gt, config.gt_seg)
     n_objects, n_predicates = len(gt.object_classes), len(gt.predicate_classes)
     training = read_training(config.train_gt, n_objects, n_predicates) if config.train_gt else gt.training
@@ -1730,10 +1809,22 @@ def evaluate(config, progress=None):
                         config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit)
     results = build_results(config, gt, count_images(config.pred, gt, settings, config.workers, progress), training[1])
     if config.output:
-        Path(config.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(config.output).write_text(json.dumps(results, indent=1) + "\n")
+        write_output(config.output, results)
         log.info("wrote %s", config.output)
     return results
+
+
+def write_output(path, results):
+    """Write the results JSON to path (results None: check that it can be written, leaving no file)."""
+    try:
+        existed = os.path.exists(path)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a" if results is None else "w") as handle:
+            handle.write("" if results is None else json.dumps(results, indent=1) + "\n")
+        if results is None and not existed:
+            os.remove(path)
+    except OSError as error:
+        raise SGEvalError([f"{path}: cannot write the results (output): {error.strerror or error}"]) from None
 
 
 def mark_zeroshot(images, training_types, given=None):

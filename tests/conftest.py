@@ -161,7 +161,9 @@ class BytesSource:
     def __init__(self, data, path="pred.zip"):
         self.data, self.path = data, path
 
-    def read(self, name):
+    def read(self, name, limit=None):
+        if limit is not None and len(self.data) > limit:
+            raise ValueError(f"the file holds more than {limit} bytes")
         return self.data
 
 

@@ -38,7 +38,7 @@ def test_config_bad_protocol(tmp_path, protocol):
     assert "unique" in problem and "multimpo" in problem
 
 
-@pytest.mark.parametrize("workers", [0, -1, "two", None, 1.5, True])
+@pytest.mark.parametrize("workers", [0, -1, "two", None, 1.5, True, sgeval.MAX_WORKERS + 1, 10**9])
 def test_config_bad_workers(tmp_path, workers):
     only(config_problems({**perfect_case(tmp_path), "workers": workers}), "config", None, "workers")
 
@@ -209,3 +209,61 @@ def test_cli_option_of_the_wrong_type_is_a_usage_error(tmp_path, option, value):
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "Traceback" not in result.output and result.stdout == ""
     assert option in result.stderr and value in result.stderr
+
+
+# ------------------------------------------------------------------------ hostile YAML and values
+
+
+def test_config_yaml_that_is_not_utf8(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"gt: \xff\xfe\n")
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    only(checked(info.value), path, None, "YAML", "utf-8")
+
+
+def test_config_yaml_nested_too_deeply(tmp_path):
+    path = write_yaml(tmp_path, "k: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    only(checked(info.value), path, None, "YAML")
+
+
+def test_config_yaml_alias_bomb_is_refused_without_expanding_it(tmp_path):
+    """Nine levels of aliases, each doubling the one below: 2**9 copies if expanded, and 2**27 with
+    a few more lines; the value is refused before anything walks or prints it."""
+    lines = ['a0: &a0 ["x", "x"]'] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 30)]
+    path = write_yaml(tmp_path, "\n".join(lines).replace("a0:", "k:", 1) + "\n")
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.load_config(path)
+    problems = checked(info.value)
+    assert len(problems) == 29 and all("must be a value or a list of values" in p for p in problems)
+    assert max(map(len, problems)) < 200
+
+
+@pytest.mark.parametrize("k", ["x1e308", "x1e300", str(10**30)])
+def test_huge_cut_offs_mean_every_triplet(tmp_path, k):
+    """A cut-off larger than any list (relative or absolute) is valid: it takes every triplet."""
+    values = perfect_case(tmp_path)
+    results = sgeval.evaluate(sgeval.make_config({**values, "k": [k, "100"]}))
+    label = results["config"]["k"][0]
+    assert results["metrics"][f"R@{label}"] == results["metrics"]["R@100"] == 1.0
+
+
+def test_unwritable_output_is_found_before_the_evaluation(tmp_path, monkeypatch):
+    """An output path that cannot be written fails at once (nothing is read), and checking a
+    writable one leaves no file behind when the evaluation then fails."""
+    values = perfect_case(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    output = tmp_path / "a_file" / "results.json"  # a file where its folder should be
+    read = []
+    monkeypatch.setattr(sgeval, "read_gt", lambda *args: read.append(args))
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.evaluate(sgeval.make_config({**values, "output": str(output)}))
+    only(checked(info.value), output, None, "cannot write")
+    assert not read
+    monkeypatch.undo()
+    writable = tmp_path / "new" / "results.json"
+    with pytest.raises(sgeval.SGEvalError):
+        sgeval.evaluate(sgeval.make_config({**values, "output": str(writable), "gt": str(tmp_path / "none.json")}))
+    assert not writable.exists()

@@ -367,3 +367,28 @@ def train_gt_relation_out_of_range(tmp_path):
                          ids=lambda build: build.__name__)
 def test_cli_reports_one_error_line_per_problem(tmp_path, build):
     assert_cli_reports(tmp_path, build)
+
+
+# ----------------------------------------------------------------------------------- hostile GT
+
+
+def test_gt_json_nested_too_deeply(tmp_path):
+    values = perfect_case(tmp_path)
+    open(values["gt"], "w").write('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    only(problems_of(values), values["gt"], None, "RecursionError")
+
+
+def test_gt_image_larger_than_the_pixel_limit(tmp_path):
+    """A GT image whose height x width exceeds MAX_IMAGE_PIXELS is refused before anything is
+    allocated for it."""
+    values = perfect_case(tmp_path)
+    edit_gt(values, lambda data: gt_entry(data, "101").update(height=10**6, width=10**6))
+    only(problems_of(values), values["gt"], "101", "height x width", "SGEVAL_MAX_IMAGE_PIXELS")
+
+
+def test_gt_segment_without_pixels_in_its_png(tmp_path):
+    """A segment id of segments_info that never occurs in the PNG would be an empty GT mask that
+    lowers every metric: an error."""
+    values = perfect_case(tmp_path)
+    edit_gt(values, lambda data: gt_entry(data, "101")["segments_info"][0].update(id=123456))
+    only(problems_of(values), png_path(values, "101"), "101", "segment id 123456", "segments_info")

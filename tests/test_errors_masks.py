@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from conftest import (BOTTOM, TOP_LEFT, TOP_RIGHT, assert_cli_reports, edit_zip, matching, only, perfect_case,
-                      png_path, problems_of, tiff_bytes, zip_member)
+                      png_path, problems_of, sgeval, tiff_bytes, zip_member)
 from PIL import Image
 
 A, B, C = TOP_LEFT, TOP_RIGHT, BOTTOM  # 2 x 8: top-left, top-right and bottom half
@@ -75,3 +75,41 @@ def several_mask_problems(tmp_path):
                          ids=lambda build: build.__name__)
 def test_cli_reports_one_error_line_per_problem(tmp_path, build):
     assert_cli_reports(tmp_path, build)
+
+
+# ------------------------------------------------------------------------------ hostile TIFFs
+
+
+@pytest.mark.parametrize("options", [{"bitspersample": 2}, {"bitspersample": 4}, {"compression": "jpeg"}],
+                         ids=["2-bit", "4-bit", "jpeg"])
+def test_unsupported_tiff_page_types(tmp_path, options):
+    """Pages sgeval does not decode (samples other than 1-, 8- or 16-bit integers, lossy
+    compression) are one problem naming the page type, not masks of garbage."""
+    values = perfect_case(tmp_path)
+    masks = np.zeros((3, 2, 8), np.uint8)
+    masks[:, 0, :4] = 1
+    if "compression" in options:
+        data = tiff_bytes(np.repeat(masks[..., None] * 255, 3, axis=3), photometric="rgb", **options)
+    else:
+        data = tiff_bytes(masks, **options)
+    edit_zip(values["pred"], {"101.tiff": data})
+    only(problems_of(values), values["pred"], "101", "101.tiff", "bit")
+
+
+def test_many_pages_are_refused_before_they_are_decoded(tmp_path, monkeypatch):
+    """A TIFF with thousands of pages for 3 instances: the count is checked from the page
+    headers, before any page is decoded."""
+    values = perfect_case(tmp_path)
+    edit_zip(values["pred"], {"101.tiff": tiff_bytes(np.ones((3000, 2, 8), np.uint8), compression="lzw")})
+    decoded = []
+    real = sgeval.tifffile.TiffPage.asarray
+    monkeypatch.setattr(sgeval.tifffile.TiffPage, "asarray",
+                        lambda page, *args, **kwargs: decoded.append(1) or real(page, *args, **kwargs))
+    only(problems_of(values), values["pred"], "101", "3000 masks for 3 instances")
+    assert not decoded
+
+
+def test_tiff_member_larger_than_its_masks_can_need(tmp_path):
+    values = perfect_case(tmp_path)
+    edit_zip(values["pred"], {"101.tiff": tiff_bytes(np.ones((3, 2, 8), np.uint8)) + b"\0" * (2 << 20)})
+    only(problems_of(values), values["pred"], "101", "101.tiff", "more than")

@@ -87,7 +87,7 @@ def test_zip_member_with_dotdot_or_absolute_path(tmp_path, member):
     assert "absolute" in problem or ".." in problem
 
 
-@pytest.mark.parametrize("version", [2, "1", None, 0], ids=["2", "string", "null", "0"])
+@pytest.mark.parametrize("version", [2, "1", None, 0, True, 1.0], ids=["2", "string", "null", "0", "true", "1.0"])
 def test_pred_wrong_version(tmp_path, version):
     values = perfect_case(tmp_path)
     rewrite_json(values["pred"], lambda data: data.update(version=version))
@@ -201,12 +201,20 @@ def test_pred_no_instance_list(tmp_path):
 @pytest.mark.parametrize("rows", [
     [[0.0, 2.0, 0.0]], [[0, 2, 0.5]], [[0, 2], [1, 2, 1]], [[0, 2]], [[0, 1, 2, 3]], [["0", "2", "0"]],
     [[True, False, True]], [[[0, 2, 0]]], 5, "0 2 0", {"0": [0, 2, 0]}, [[0, 2, None]],
+    [[0, True, 0]], [[]], [[], []],
 ], ids=["floats", "one-float", "ragged", "short", "long", "strings", "bools", "nested", "scalar", "string",
-        "object", "null"])
+        "object", "null", "one-bool", "empty-row", "empty-rows"])
 def test_pred_triplets_not_integer_rows(tmp_path, field, rows):
     values = perfect_case(tmp_path)
     rewrite_json(values["pred"], lambda data: pred_record(data, "101").update({field: rows}))
     only(problems_of(values), values["pred"], "101", field)
+
+
+def test_pred_triplets_null(tmp_path):
+    """triplets is required (an empty list is valid); ng_triplets null means not given."""
+    values = perfect_case(tmp_path)
+    rewrite_json(values["pred"], lambda data: pred_record(data, "101").update(triplets=None, ng_triplets=None))
+    only(problems_of(values), values["pred"], "101", "triplets")
 
 
 def test_pred_triplets_beyond_int64(tmp_path):
@@ -411,3 +419,90 @@ def nan_score(tmp_path):
                          ids=lambda build: build.__name__)
 def test_cli_reports_one_error_line_per_problem(tmp_path, build):
     assert_cli_reports(tmp_path, build)
+
+
+# -------------------------------------------------------------------------- hostile containers
+
+
+def zip_with_deflated_triplets(values, mangle):
+    """Rewrite pred.zip with triplets.json deflated, its compressed bytes passed through mangle."""
+    path = values["pred"]
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if name == "triplets.json" else
+                             zipfile.ZIP_STORED)
+    raw = bytearray(open(path, "rb").read())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("triplets.json")
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    mangle(raw, start, info)
+    open(path, "wb").write(bytes(raw))
+
+
+def central_header(raw, name):
+    """Offset of the central directory header of a member."""
+    return next(at for at in range(len(raw)) if raw[at: at + 4] == b"PK\x01\x02"
+                and raw[at + 46: at + 46 + len(name)] == name.encode())
+
+
+@pytest.mark.parametrize("damage", ["corrupt deflate", "encrypted", "deflate64", "unknown method"])
+def test_unreadable_triplets_json_member(tmp_path, damage):
+    """A triplets.json member zipfile cannot decompress: one problem, never a traceback."""
+    values = perfect_case(tmp_path)
+
+    def mangle(raw, start, info):
+        if damage == "corrupt deflate":
+            raw[start: start + 8] = b"\xff" * 8
+        elif damage == "encrypted":  # the general purpose flag's bit 0, in both headers
+            raw[info.header_offset + 6] |= 1
+            raw[central_header(raw, "triplets.json") + 8] |= 1
+        else:  # the compression method, in both headers
+            method = (9 if damage == "deflate64" else 77).to_bytes(2, "little")
+            raw[info.header_offset + 8: info.header_offset + 10] = method
+            at = central_header(raw, "triplets.json")
+            raw[at + 10: at + 12] = method
+
+    zip_with_deflated_triplets(values, mangle)
+    only(problems_of(values), values["pred"], None, "triplets.json")
+
+
+def test_duplicate_zip_member_names(tmp_path):
+    """Two members of one name: which one is meant is unknown, so it is a problem."""
+    values = perfect_case(tmp_path)
+    with pytest.warns(UserWarning), zipfile.ZipFile(values["pred"], "a") as archive:
+        archive.writestr("101.tiff", b"another copy")
+    only(problems_of(values), values["pred"], None, "101.tiff", "2 times")
+
+
+def test_triplets_json_nested_too_deeply(tmp_path):
+    values = perfect_case(tmp_path)
+    edit_zip(values["pred"], {"triplets.json": b'{"version": 1, "images": [' + b"[" * 100_000 + b"]" * 100_000
+                              + b"]}"})
+    only(problems_of(values), values["pred"], None, "triplets.json", "RecursionError")
+
+
+def test_triplets_json_blanks_and_the_value_limit(tmp_path, monkeypatch):
+    """8 MiB of blanks between two records read as nothing; a record longer than MAX_VALUE
+    characters (here 1 MiB) is one problem naming the limit."""
+    values = perfect_case(tmp_path)
+    data = json.loads(zip_member(values["pred"], "triplets.json"))
+    records = [json.dumps(record).encode() for record in data["images"]]
+    text = b'{"version": 1, "images": [' + records[0] + b"," + b" " * (8 << 20) + b",".join(records[1:]) + b"]}"
+    edit_zip(values["pred"], {"triplets.json": text})
+    assert sgeval.evaluate(sgeval.make_config(values))["metrics"]["R@20"] == 1.0
+    monkeypatch.setattr(sgeval._JSONStream, "MAX_VALUE", 1 << 20)
+    huge = b'{"version": 1, "images": [[' + b" " * (3 << 20) + b"]]}"
+    edit_zip(values["pred"], {"triplets.json": huge})
+    only(problems_of(values), values["pred"], None, "triplets.json", "limit")
+
+
+def test_image_id_with_control_characters_cannot_forge_lines(tmp_path):
+    values = perfect_case(tmp_path)
+    rewrite_json(values["pred"], lambda data: data["images"].append({**pred_record(data, "101"),
+                                                                     "id": "101\nerror: forged\x1b[2J"}))
+    rewrite_json(values["pred"], lambda data: data["images"].append({**pred_record(data, "101"),
+                                                                     "id": "101\nerror: forged\x1b[2J"}))
+    problem = only(problems_of(values), values["pred"], None, "duplicate")
+    assert "\\n" in problem and "\x1b" not in problem

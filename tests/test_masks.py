@@ -153,10 +153,12 @@ def test_gt_png_masks_equal_numpy(tmp_path, writer, channels):
         rgb = id_image(ids, rng.integers(0, 256, (height, width)) if channels == 4 else None)
         path = tmp_path / f"{height}x{width}.png"
         path.write_bytes(PNG_WRITERS[writer](rgb))
-        segments = [7, 2**24 - 1, 300, 12345, 70000, 5, 6]  # 12345 has no pixels
+        segments = [s for s in [7, 2**24 - 1, 300, 70000, 5, 6] if (ids == s).any()]
         masks = sgeval.load_gt_masks(gt_record(path, height, width, segments))
         assert masks.dtype == np.uint64 and masks.shape == (len(segments), -(-height * width // 64))
         np.testing.assert_array_equal(masks, numpy_segments(ids, segments))
+        with pytest.raises(sgeval.SGEvalError, match="segment id 12345, which the panoptic PNG does not hold"):
+            sgeval.load_gt_masks(gt_record(path, height, width, segments + [12345]))  # no pixels: an error
 
 
 def gt_png_bytes(kind, rgb):
@@ -245,7 +247,7 @@ def test_truncated_and_corrupted_gt_pngs(tmp_path, writer):
     catch every flip that would change the pixels."""
     rng = np.random.default_rng(5)
     ids = random_ids(rng, 9, 13)
-    segments = [7, 300, 70000, 2**24 - 1]
+    segments = [s for s in [7, 300, 70000, 2**24 - 1] if (ids == s).any()]
     data = PNG_WRITERS[writer](id_image(ids))
     expected = numpy_segments(ids, segments)
     path = tmp_path / "seg.png"
@@ -264,11 +266,13 @@ def test_truncated_and_corrupted_gt_pngs(tmp_path, writer):
 
 def test_gt_buffer_holds_only_the_current_image(tmp_path):
     """load_gt_masks reuses one buffer: a large image covered by many segments, then a smaller one,
-    then one whose segments have no pixels, each equal to its own reference."""
+    then one whose segments hold a pixel each, each equal to its own reference."""
     stripes = np.broadcast_to(1 + np.arange(50) // 6 % 9, (40, 50))  # segments 1..9 on every pixel
-    images = [(stripes, list(range(1, 10))),
-              (random_ids(np.random.default_rng(1), 5, 9), [300, 7, 70000]),
-              (np.zeros((8, 8), np.int64), [7, 300])]
+    sparse = np.zeros((8, 8), np.int64)
+    sparse[0, 0], sparse[7, 7] = 7, 300
+    random = random_ids(np.random.default_rng(1), 5, 9)
+    images = [(stripes, list(range(1, 10))), (random, [s for s in [300, 7, 70000] if (random == s).any()]),
+              (sparse, [7, 300])]
     for index, (ids, segments) in enumerate(images):
         path = tmp_path / f"{index}.png"
         path.write_bytes(pil_png(id_image(ids)))
@@ -346,7 +350,7 @@ def test_pred_tiff_masks_equal_tifffile(options, dtype, width):
     else:
         np.testing.assert_array_equal(partial, expected)  # tifffile decodes every page
     with tifffile.TiffFile(io.BytesIO(data)) as tiff:  # the general reader reads any layout
-        np.testing.assert_array_equal(sgeval._tifffile_layers(tiff, 17, width, "where"), masks)
+        np.testing.assert_array_equal(sgeval._tifffile_layers(tiff, 17, width, 5, "where"), masks)
 
 
 OTHER_LAYOUTS = {  # name: (options, dtypes): layouts only tifffile decodes
