@@ -25,6 +25,9 @@ Pickles are read by ``RestrictedUnpickler``: numpy arrays, dtypes and scalars (`
 attribute holder ``RawResult``) and inert stand-ins for every torch global (an empty tensor becomes
 an empty array; a tensor that holds data cannot be read without torch and is an error where a
 converter needs it). Any other global is refused with an error naming it: no code from a pickle runs.
+numpy data is rebuilt by ``np.frombuffer`` from bytes that match its shape, plain numeric dtypes
+only (never by numpy's reconstructors, which trust their arguments); ``bytes(n)`` is refused. An
+.npz array's size is read from its header and checked (``MAX_NPZ_BYTES``) before it is loaded.
 
 Per-image rules (``convert_image``; each family picks the ``Rules``, see convert/README.md)
 ------------------------------------------------------------------------------------------
@@ -52,7 +55,6 @@ from __future__ import annotations
 import builtins
 import collections
 import dataclasses
-import importlib
 import json
 import logging
 import math
@@ -60,6 +62,7 @@ import os
 import pickle
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import click
@@ -88,18 +91,25 @@ class ConvertError(sgeval.SGEvalError):
 
 
 class RawResult:
-    """One image's raw result as plain attributes: a pickled ``Result`` or the arrays of an .npz."""
+    """One image's raw result: the fields of a pickled ``Result`` or the arrays of an .npz, kept in
+    a dict of their own (a field named like a method does not shadow it)."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    def __init__(self, fields=None, **more):
+        self.fields = {**(fields or {}), **more}
 
     def __setstate__(self, state):
         if not isinstance(state, dict):
             raise pickle.UnpicklingError("a Result's state must map field names to values")
-        self.__dict__.update(state)
+        self.fields.update(state) if hasattr(self, "fields") else setattr(self, "fields", dict(state))
 
     def get(self, name):
-        return self.__dict__.get(name)
+        return self.fields.get(name)
+
+    def __getattr__(self, name):  # the fields as attributes too (methods and `fields` come first)
+        try:
+            return self.__dict__["fields"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 class TorchObject:
@@ -132,7 +142,104 @@ def _torch_tensor(*args):
 
 
 class _Refused(Exception):
-    """A global the restricted unpickler does not provide."""
+    """A global the restricted unpickler does not provide, or numpy data it does not build."""
+
+
+# numpy's own reconstructors trust their arguments (a crafted dtype state or sub-array scalar
+# crashes numpy; ndarray(shape) allocates): pickled numpy data goes through these stand-ins, which
+# build plain arrays of simple dtypes whose bytes match their shape, through np.frombuffer.
+_SIMPLE_DTYPES = {"b1", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8"}
+
+
+class _DType:
+    """A dtype being unpickled: numpy.dtype(name, align, copy), then its state (byte order)."""
+
+    def __init__(self, name, align=False, copy=False):
+        self.name, self.state = name, None
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def real(self):
+        state = self.state
+        if self.name not in _SIMPLE_DTYPES or state is not None and not (
+                isinstance(state, tuple) and len(state) in (8, 9) and state[1] in ("<", ">", "|", "=")
+                and state[2:5] == (None, None, None) and state[5:7] == (-1, -1)):
+            raise _Refused(f"a numpy dtype other than {', '.join(sorted(_SIMPLE_DTYPES))} (fields, sub-arrays, objects)")
+        order = "=" if state is None or state[1] == "|" else state[1]
+        return np.dtype(self.name).newbyteorder(order)
+
+
+def _numpy_array(raw, dtype, shape, order="C"):
+    """An array of the given bytes, dtype (_DType) and shape, checked before numpy sees them."""
+    if not isinstance(dtype, _DType):
+        raise _Refused("numpy data without a dtype")
+    dtype = dtype.real()
+    if isinstance(raw, pickle.PickleBuffer):
+        raw = raw.raw()
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise _Refused("a numpy array of Python objects")
+    if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)) \
+            or math.prod(shape) * dtype.itemsize != len(raw):
+        raise _Refused(f"a numpy array of shape {shape!r} whose data is {len(raw)} bytes")
+    return np.frombuffer(raw, dtype).reshape(shape, order="F" if order == "F" else "C").copy()
+
+
+class _Array:
+    """An ndarray being unpickled (_reconstruct, then its state); load_pickle replaces it by .array."""
+
+    array = None
+
+    def __setstate__(self, state):
+        if not (isinstance(state, tuple) and len(state) == 5):
+            raise _Refused("a numpy array state of another form")
+        _, shape, dtype, fortran, raw = state
+        self.array = _numpy_array(raw, dtype, shape, "F" if fortran else "C")
+
+
+class _NdarrayClass:
+    """numpy.ndarray as pickles name it: only an argument of _reconstruct, never called."""
+
+    def __new__(cls, *args, **kwargs):
+        raise _Refused("numpy.ndarray called directly (an allocation)")
+
+
+def _reconstruct(cls, shape=None, typecode=None):
+    if cls is not _NdarrayClass:
+        raise _Refused("numpy _reconstruct of a class other than ndarray")
+    return _Array()
+
+
+def _scalar(dtype, data=None):
+    return _numpy_array(data, dtype, ())[()]
+
+
+def _frombuffer(buffer, dtype, shape, order="C"):
+    return _numpy_array(buffer, dtype, shape, order)
+
+
+def _no_count(kind):
+    """bytes / bytearray without the bytes(n) form (n zero bytes: an allocation by a few bytes of pickle)."""
+    def build(*args):
+        if args and isinstance(args[0], int):
+            raise _Refused(f"{kind.__name__}(n), an allocation")
+        return kind(*args)
+    return build
+
+
+def _real_arrays(value):
+    """value with every unpickled _Array and _DType made real (in lists, tuples and dicts too)."""
+    if isinstance(value, _Array):
+        if value.array is None:
+            raise _Refused("a numpy array without data")
+        return value.array
+    if isinstance(value, _DType):
+        return value.real()
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(_real_arrays, value)) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {key: _real_arrays(item) for key, item in value.items()}
+    return value
 
 
 def _latin1(text, encoding="latin1"):
@@ -143,25 +250,16 @@ def _latin1(text, encoding="latin1"):
     return text.encode("latin-1")
 
 
-def _numpy_core(name):
-    """numpy.<core>.<name> of the installed numpy (numpy 2: _core; numpy 1: core)."""
-    for core in ("_core", "core"):
-        try:
-            return importlib.import_module(f"numpy.{core}.{name}")
-        except ImportError:
-            continue
-    raise ImportError(f"numpy has neither _core.{name} nor core.{name}")
-
-
-_MULTIARRAY, _NUMERIC = _numpy_core("multiarray"), _numpy_core("numeric")
 ALLOWED_GLOBALS = {
-    **{(f"numpy.{core}.multiarray", name): getattr(_MULTIARRAY, name)
-       for core in ("core", "_core") for name in ("_reconstruct", "scalar")},
-    **{(f"numpy.{core}.numeric", "_frombuffer"): _NUMERIC._frombuffer for core in ("core", "_core")},
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
+    **{(f"numpy.{core}.multiarray", name): function for core in ("core", "_core")
+       for name, function in (("_reconstruct", _reconstruct), ("scalar", _scalar))},
+    **{(f"numpy.{core}.numeric", "_frombuffer"): _frombuffer for core in ("core", "_core")},
+    ("numpy", "ndarray"): _NdarrayClass,
+    ("numpy", "dtype"): _DType,
+    **{(module, name): _no_count(getattr(builtins, name)) for module in ("__builtin__", "builtins")
+       for name in ("bytes", "bytearray")},
     **{(module, name): getattr(builtins, name) for module in ("__builtin__", "builtins")
-       for name in ("bytes", "bytearray", "set", "frozenset", "complex")},
+       for name in ("set", "frozenset", "complex")},
     ("_codecs", "encode"): _latin1,
     ("collections", "OrderedDict"): collections.OrderedDict,
     **{tuple(path.rsplit(".", 1)): RawResult for path in RESULT_CLASSES},
@@ -190,7 +288,10 @@ def load_pickle(path):
     """The list of RawResult in a pickle; ConvertError for refused globals or unreadable data."""
     try:
         with open(path, "rb") as handle:
-            data = RestrictedUnpickler(handle).load()
+            data = _real_arrays(RestrictedUnpickler(handle).load())
+            for item in data if isinstance(data, (list, tuple)) else ():
+                if isinstance(item, RawResult):
+                    item.fields = _real_arrays(item.fields)
     except _Refused as refused:
         raise ConvertError([
             f"{path}: refusing to load the pickle: it refers to {refused}, which is neither numpy "
@@ -206,7 +307,7 @@ def load_pickle(path):
     results, problems = [], []
     for index, item in enumerate(data):
         if isinstance(item, dict) and all(isinstance(key, str) for key in item):
-            item = RawResult(**item)
+            item = RawResult(item)
         if not isinstance(item, RawResult):
             problems.append(f"{path}: result {index} is a {type(item).__name__}, not a Result")
         results.append(item)
@@ -251,12 +352,35 @@ def _open_npz_dir(path):
     return len(names), (lambda file=file: _load_npz(file) for file in files)
 
 
+MAX_NPZ_BYTES = 1 << 32  # the arrays of one .npz, as their headers declare them
+
+
 def _load_npz(file):
     try:
         with np.load(file, allow_pickle=False) as archive:
-            return RawResult(**{key: archive[key] for key in archive.files})
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise ConvertError([f"{file}: cannot read the npz file: {error}"]) from None
+            _check_npz_sizes(archive.zip, file)
+            return RawResult({key: archive[key] for key in archive.files})
+    except ConvertError:
+        raise
+    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zlib.error, zipfile.BadZipFile) as error:
+        raise ConvertError([f"{file}: cannot read the npz file: {type(error).__name__}: {error}"]) from None
+
+
+def _check_npz_sizes(archive, file):
+    """Every array's size from its .npy header, against its member's size and MAX_NPZ_BYTES, before
+    numpy allocates it."""
+    total = 0
+    for info in archive.infolist():
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)(member)
+        size = math.prod(shape) * dtype.itemsize
+        total += size
+        if size > info.file_size or total > MAX_NPZ_BYTES:
+            raise ConvertError([f"{file}: member {info.filename} declares {size} bytes of array data"
+                                + (f" in a {info.file_size}-byte member" if size > info.file_size else
+                                   f"; the arrays of one .npz may hold {MAX_NPZ_BYTES} (MAX_NPZ_BYTES)")])
 
 
 # ---------------------------------------------------------------------------------------------

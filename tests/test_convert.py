@@ -294,7 +294,7 @@ def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_
 
 def convert_one(module, raw, options=common.Options()):
     """One raw result (dict or RawResult) through a family's per-image conversion."""
-    result = raw if isinstance(raw, common.RawResult) else common.RawResult(**raw)
+    result = raw if isinstance(raw, common.RawResult) else common.RawResult(raw)
     args = (result, types.SimpleNamespace(height=HEIGHT, width=WIDTH), "img", N_THINGS + N_STUFF, N_PREDICATES)
     if module is openpsg:
         return openpsg.convert_image(*args, options)
@@ -395,7 +395,7 @@ def test_predicate_source_rel_labels_separates_a_repeated_query(tmp_path, standi
     assert len(set(legacy_rows)) < len(legacy_rows)  # the repeated query gives the same triplet twice ...
     assert notes["rel_labels_differ"] == 1  # ... while rel_labels names its second-best predicate
     zero_based = raw["rel_labels"] - raw["rel_labels"].min()  # holds a 0: not what the models write
-    bad = common.RawResult(**{**raw, "rel_labels": zero_based})
+    bad = common.RawResult({**raw, "rel_labels": zero_based})
     with pytest.raises(common.ConvertError, match="1-based like the columns of rel_dists"):
         convert_one(openpsg, bad, common.Options(predicate_source="rel_labels"))
 
@@ -508,6 +508,76 @@ def test_other_refusals_persistent_ids_codecs_and_unknown_classes(tmp_path):
     (tmp_path / "x.pkl").write_bytes(b"\x80\x02]q\x00(K\x01e")  # truncated
     with pytest.raises(common.ConvertError, match="cannot read the pickle"):
         common.load_pickle(tmp_path / "x.pkl")
+
+
+class WithState:
+    """Pickles as call(*args) followed by a BUILD of state: a crafted object for the unpickler."""
+
+    def __init__(self, call, args, state):
+        self.call, self.args, self.state = call, args, state
+
+    def __reduce__(self):
+        return self.call, self.args, self.state
+
+
+CRAFTED_NUMPY = {  # each once crashed numpy or allocated gigabytes through the allowed globals
+    "dtype state with sub-array fields": WithState(np.dtype, ("f8", False, True),
+                                                   (3, "<", (np.dtype("f4"), (2,)), None, None, 8, 1, 0)),
+    "void dtype": WithState(np.dtype, ("V8", False, True), (3, "|", None, None, None, 8, 1, 0)),
+    "scalar of a sub-array dtype": Evil(np.ndarray.__reduce__(np.zeros(1))[0], np.ndarray, (0,), b"b"),
+    "ndarray called with a shape": Evil(np.ndarray, (10**10,), np.uint8),
+    "bytearray(n)": Evil(bytearray, 3 * 10**9),
+    "bytes(n)": Evil(bytes, 3 * 10**9),
+    "array state larger than its data": WithState(np.ndarray.__reduce__(np.zeros(1))[0], (np.ndarray, (0,), b"b"),
+                                                  (1, (10**9,), np.dtype("f8"), False, b"12345678")),
+    "array of objects": np.array([1, "x"], object),
+}
+
+
+@pytest.mark.parametrize("name", list(CRAFTED_NUMPY))
+def test_crafted_numpy_data_is_refused_before_numpy_sees_it(tmp_path, name):
+    """Run in a child process: a crash there fails the test instead of killing the run."""
+    path = tmp_path / "crafted.pkl"
+    path.write_bytes(pickle.dumps([{"labels": CRAFTED_NUMPY[name]}], protocol=2))
+    code = ("import resource, sys; from convert import common; "
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+            f"common.load_pickle({str(path)!r})")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "ConvertError" in done.stderr and "refusing to load" in done.stderr, \
+        (done.returncode, done.stderr[-800:])
+
+
+def test_plain_numpy_data_still_loads(tmp_path):
+    values = [np.arange(6, dtype=">i4").reshape(2, 3), np.asfortranarray(np.ones((2, 3), bool)), np.float32(2.5),
+              np.zeros((0, 4)), np.uint8(7)]
+    path = tmp_path / "plain.pkl"
+    for protocol in (2, 4, 5):
+        path.write_bytes(pickle.dumps([{"values": values}], protocol=protocol))
+        loaded = common.load_pickle(path)[0].get("values")
+        for got, want in zip(loaded, values):
+            assert np.array_equal(got, want) and got.dtype == want.dtype
+
+
+def test_a_field_named_like_a_method_does_not_shadow_it(tmp_path):
+    path = tmp_path / "r.pkl"
+    path.write_bytes(pickle.dumps([{"get": np.zeros(1), "fields": 3, "labels": np.array([1])}], protocol=2))
+    (result,) = common.load_pickle(path)
+    assert result.get("labels").tolist() == [1] and result.get("get").tolist() == [0.0] and result.get("fields") == 3
+
+
+def test_npz_whose_headers_declare_more_than_they_hold_or_may(tmp_path, monkeypatch):
+    """A .npy header claiming 10**9 doubles in a few bytes, and (with the limit lowered) a
+    compressed array inflating past MAX_NPZ_BYTES: one problem each, before numpy allocates."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**9,)})
+    with zipfile.ZipFile(tmp_path / "lying.npz", "w") as archive:
+        archive.writestr("masks.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\0" * 16)
+    with pytest.raises(common.ConvertError, match="declares 8000000000 bytes"):
+        common._load_npz(tmp_path / "lying.npz")
+    np.savez_compressed(tmp_path / "bomb.npz", masks=np.zeros(1 << 20, np.uint8))
+    monkeypatch.setattr(common, "MAX_NPZ_BYTES", 1000)
+    with pytest.raises(common.ConvertError, match="MAX_NPZ_BYTES"):
+        common._load_npz(tmp_path / "bomb.npz")
 
 
 # ---------------------------------------------------------------------------------------------
