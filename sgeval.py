@@ -425,6 +425,9 @@ def read_gt(gt_path, seg_root=None):
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
     problems, images, skipped, seen, train = [], [], 0, set(), []
+    for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
+        if not _types(names) <= {str} or len(set(names)) < len(names):
+            problems.append(f"{gt_path}: the {kind} names must be distinct strings")
     for index, entry in enumerate(data["data"]):
         if not isinstance(entry, _Entry):
             problems.append(f"{gt_path}: data[{index}]: missing field 'image_id'")
@@ -741,8 +744,8 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     name = "triplets.json" if source.kind != "json" else os.path.basename(pred_path)
     try:
         members = source.members()
-    except (OSError, zipfile.BadZipFile) as error:
-        raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {error}"]) from None
+    except _READ_ERRORS as error:
+        raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {type(error).__name__}: {error}"]) from None
     problems.extend(f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
                     for m in sorted(set(members or ())) if _unsafe_member(m))
     problems.extend(f"{pred_path}: ZIP member '{m}' appears {n} times (which one is meant?)"

@@ -392,3 +392,14 @@ def test_gt_segment_without_pixels_in_its_png(tmp_path):
     values = perfect_case(tmp_path)
     edit_gt(values, lambda data: gt_entry(data, "101")["segments_info"][0].update(id=123456))
     only(problems_of(values), png_path(values, "101"), "101", "segment id 123456", "segments_info")
+
+
+@pytest.mark.parametrize("field, names", [("predicate_classes", [["a"], "b", "c", "d"]),
+                                          ("predicate_classes", ["a", "a", "c", "d"]),
+                                          ("stuff_classes", ["person", "sky"]), ("thing_classes", [1, 2, 3])])
+def test_gt_class_names_are_distinct_strings(tmp_path, field, names):
+    """Class names key the per-predicate results: a list would fail late, a repeat would merge two
+    classes' values."""
+    values = perfect_case(tmp_path)
+    edit_gt(values, lambda data: data.update({field: names}))
+    only(problems_of(values), values["gt"], None, "names must be distinct strings")

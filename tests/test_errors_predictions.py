@@ -506,3 +506,13 @@ def test_image_id_with_control_characters_cannot_forge_lines(tmp_path):
                                                                      "id": "101\nerror: forged\x1b[2J"}))
     problem = only(problems_of(values), values["pred"], None, "duplicate")
     assert "\\n" in problem and "\x1b" not in problem
+
+
+def test_zip_whose_central_directory_needs_an_unknown_version(tmp_path):
+    """zipfile raises NotImplementedError for it (found by the fuzz campaign): one problem."""
+    values = perfect_case(tmp_path)
+    raw = bytearray(open(values["pred"], "rb").read())
+    at = raw.index(b"PK\x01\x02")
+    raw[at + 6: at + 8] = (1000).to_bytes(2, "little")  # version needed to extract: 100.0
+    open(values["pred"], "wb").write(bytes(raw))
+    only(problems_of(values), values["pred"], None, "ZIP", "version")
