@@ -13,6 +13,7 @@
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>
 #   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
 #                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
+#   make fuzz               a campaign of generated bad inputs against every reader (FUZZ_S=600 seconds; fuzz/)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -23,7 +24,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data test eval bench clean distclean
+.PHONY: setup demo demo-data test eval bench fuzz clean distclean
 
 setup: $(STAMP)
 
@@ -50,6 +51,11 @@ demo: demo-data
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# Fuzz campaign: generated bad inputs for every reader (fuzz/), FUZZ_S seconds; non-clean cases go to fuzz/corpus/.
+FUZZ_S ?= 600
+fuzz: $(STAMP)
+	$(PY) -m fuzz --seconds $(FUZZ_S)
 
 # make eval overrides, passed to both the conversion step and the evaluation.
 EVAL_PATHS = $(if $(GT),--gt "$(GT)") $(if $(PRED),--pred "$(PRED)")
