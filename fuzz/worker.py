@@ -3,9 +3,10 @@ says what happened. Protocol: pickled case in, pickled outcome out, each prefixe
 (4 bytes, big-endian) on stdin / stdout. ``python -m fuzz.worker``.
 
 Outcomes: ``error`` (one clean error: SGEvalError, ConvertError, exit code 1 or 2 of the CLI),
-``accepted`` (results, and where a reference decoder exists they agree with it), ``traceback`` (any
-other exception), ``memory`` (MemoryError under the limit), ``silent`` (accepted, but the reference
-says the input is invalid or decodes it differently). The parent adds ``crash`` and ``hang``."""
+``accepted`` (results, and where a reference decoder or validator exists it agrees), ``traceback``
+(any other exception), ``memory`` (MemoryError under the limit), ``silent`` (accepted, but the
+reference says the input is invalid or decodes it differently), ``refused`` (an error for input
+the reference validator finds valid). The parent adds ``crash`` and ``hang``."""
 
 import contextlib
 import io
@@ -35,13 +36,15 @@ def run_case(case, base, folder):
             try:
                 result = _target(case, sgeval, common)
             except (sgeval.SGEvalError, common.ConvertError) as error:
+                if case["reader"] == "pred_json" and _valid_prediction(base):
+                    return "refused", "valid by fuzz/oracle.py: " + error.problems[0][:300]
                 return "error", error.problems[0][:300]
             except MemoryError:
                 return "memory", traceback.format_exc(limit=-3)[-600:]
             except Exception:  # noqa: BLE001 -- every other exception is what this run looks for
                 return "traceback", traceback.format_exc(limit=-3)[-1200:]
             try:
-                return _oracle(case, result, sgeval)
+                return _oracle({**case, "base": base}, result, sgeval)
             except MemoryError:
                 return "memory", "in the reference decoder"
             except Exception:  # noqa: BLE001 -- sgeval accepted what its own readers then fail on
@@ -68,8 +71,27 @@ def _target(case, sgeval, common):
     return sgeval.evaluate(sgeval.load_config("config.yaml"))
 
 
+def _valid_prediction(base):
+    """fuzz/oracle.py's verdict on the case's triplets.json (the current folder holds the case)."""
+    import json
+    import zipfile
+    import tifffile
+    from fuzz.oracle import valid_prediction
+    with zipfile.ZipFile(io.BytesIO(base["pred.zip"])) as archive:
+        counts = {name: len(tifffile.imread(io.BytesIO(archive.read(name))).reshape(-1, 12, 16))
+                  for name in archive.namelist() if name.endswith(".tiff")}
+    try:
+        with zipfile.ZipFile("pred.zip") as archive:
+            document, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
+    except (ValueError, RecursionError):
+        return False
+    return valid_prediction(document, 5, 3, members, {"101", "102", "103"}, counts)
+
+
 def _oracle(case, result, sgeval):
-    """accepted, or silent when a reference decoder reads the input differently."""
+    """accepted, or silent when a reference decoder or validator reads the input differently."""
+    if case["reader"] == "pred_json" and not _valid_prediction(case["base"]):
+        return "silent", "invalid by fuzz/oracle.py, accepted by sgeval"
     if case["reader"] == "tiff":
         return _same_masks_as_tifffile(case, sgeval)
     if case["reader"] == "png":

@@ -43,3 +43,34 @@ def test_corpus_case_is_clean(path):
     finally:
         worker.stop()
     assert outcome in fuzz.CLEAN, detail
+
+
+def test_the_reference_validator_of_triplets_json():
+    """fuzz/oracle.py on the base prediction and on one break of each rule it checks."""
+    import io
+    import json
+    import zipfile
+
+    from fuzz.oracle import valid_prediction
+    with zipfile.ZipFile(io.BytesIO(base_workspace()["pred.zip"])) as archive:
+        document, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
+    counts = {"101.tiff": 3, "102.tiff": 2, "103.tiff": 2}
+
+    def valid(edit=None):
+        copy = json.loads(json.dumps(document))
+        if edit:
+            edit(copy)
+        return valid_prediction(copy, 5, 3, members, {"101", "102", "103"}, counts)
+
+    first = lambda doc: doc["images"][0]  # noqa: E731
+    assert valid() and valid(lambda doc: first(doc).update(ng_triplets=None, id=101))
+    assert valid(lambda doc: first(doc)["instances"][0].pop("bbox")) and valid(lambda doc: doc.update(extra=1))
+    breaks = [lambda doc: doc.update(version=True), lambda doc: first(doc).update(triplets=[[0, True, 0]]),
+              lambda doc: first(doc).update(triplets=[[]]), lambda doc: first(doc).update(triplets=None),
+              lambda doc: first(doc).update(triplets=[[0, 3, 0]]), lambda doc: first(doc).update(id=True),
+              lambda doc: first(doc)["instances"][0].update(category=1.0),
+              lambda doc: first(doc)["instances"][0].update(bbox=[0, 0, 1, 1, 1]),
+              lambda doc: first(doc)["instances"][0].update(score=float("nan")),
+              lambda doc: first(doc)["instances"].pop(), lambda doc: first(doc).update(seg_filename="x.tiff"),
+              lambda doc: doc["images"].append(dict(first(doc)))]
+    assert not any(valid(edit) for edit in breaks)
