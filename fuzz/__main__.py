@@ -53,11 +53,11 @@ class Worker:
         except BrokenPipeError:
             return self._died()
         reply = _read_with_timeout(self.process, TIMEOUT_S)
-        if reply is None:
-            if self.process.poll() is None:
-                self.stop()
-                return "hang", f"no answer in {TIMEOUT_S} s"
+        if reply is _EOF:  # the worker died
             return self._died()
+        if reply is None:
+            self.stop()
+            return "hang", f"no answer in {TIMEOUT_S} s"
         return reply
 
     def _died(self):
@@ -72,7 +72,11 @@ class Worker:
             self.process = None
 
 
+_EOF = object()
+
+
 def _read_with_timeout(process, timeout):
+    """The worker's next reply; None after timeout seconds without one; _EOF when it died."""
     import selectors
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
@@ -80,7 +84,7 @@ def _read_with_timeout(process, timeout):
         return None
     header = process.stdout.read(4)
     if len(header) < 4:
-        return None
+        return _EOF
     return pickle.loads(process.stdout.read(struct.unpack(">I", header)[0]))
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import sgeval
 from tools import synth
 
-READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle", "npz")
+READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle", "crafted_pickle", "npz")
 
 HEIGHT, WIDTH = 12, 16
 THINGS, STUFF, PREDICATES = ["person", "dog", "horse"], ["grass", "sky"], ["on", "near", "riding"]
@@ -228,10 +228,68 @@ def raw_pickle(draw, base):
     return {"files": {"raw.pkl": _bytes_edit(draw, base["raw.pkl"])}}
 
 
+class _Reduce:
+    """Pickles as call(*args) and, when state is not None, a BUILD of state."""
+
+    def __init__(self, call, args, state):
+        self.call, self.args, self.state = call, args, state
+
+    def __reduce__(self):
+        return (self.call, self.args) if self.state is None else (self.call, self.args, self.state)
+
+
+def _numpy_core(name):
+    """numpy._core.<name> (numpy 2), else numpy.core.<name>."""
+    import importlib
+    try:
+        return importlib.import_module(f"numpy._core.{name}")
+    except ImportError:
+        return importlib.import_module(f"numpy.core.{name}")
+
+
+def _allowed_callables():
+    """The callables the restricted unpickler allows."""
+    import collections
+    multiarray, numeric = _numpy_core("multiarray"), _numpy_core("numeric")
+    return [np.dtype, np.ndarray, multiarray._reconstruct, multiarray.scalar, numeric._frombuffer, bytes,
+            bytearray, set, frozenset, complex, collections.OrderedDict]
+
+
+_PICKLE_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2 ** 64, 2 ** 64) | st.binary(max_size=24) | _TEXT
+    | st.sampled_from(["f8", "<f4", "V8", "O", "b1", "u1", "S3", "i8", "c16", "M8[s]", "|u1", ">i2"])
+    | st.sampled_from([np.dtype("f4"), np.dtype([("a", "f4")]), np.dtype(("f4", (2,))), np.dtype("O")]),
+    lambda inner: st.tuples(inner, inner) | st.tuples(inner, inner, inner) | st.lists(inner, max_size=5)
+    | st.builds(tuple, st.lists(inner, max_size=9)), max_leaves=12)
+
+
+@st.composite
+def crafted_pickle(draw, base):
+    """A pickle of results whose fields are calls of the allowed globals with hostile arguments and
+    states (what once crashed numpy or allocated gigabytes)."""
+    multiarray = _numpy_core("multiarray")
+    dtypes = st.sampled_from(["f8", "V8", "O", "b1", "u1", "S3", "i8", "c16", "M8[s]", "U2"])
+    dtype_states = st.tuples(st.integers(-1, 4), st.sampled_from("<>|=x"), st.none() | _PICKLE_VALUES,
+                             st.none() | st.tuples(_TEXT) | _PICKLE_VALUES, st.none() | _PICKLE_VALUES,
+                             st.integers(-2, 2 ** 40), st.integers(-2, 64), st.integers(-1, 2 ** 31))
+    calls = (st.builds(_Reduce, st.sampled_from(_allowed_callables()),
+                       st.builds(tuple, st.lists(_PICKLE_VALUES, max_size=5)), st.none() | _PICKLE_VALUES)
+             | st.builds(_Reduce, st.just(np.dtype), st.tuples(dtypes, st.booleans(), st.booleans()), dtype_states)
+             | st.builds(_Reduce, st.just(multiarray.scalar), st.tuples(_PICKLE_VALUES, st.binary(max_size=40)),
+                         st.none()))
+    fields = draw(st.dictionaries(st.sampled_from(["labels", "masks", "rel_dists", "get", "fields"]),
+                                  calls | _PICKLE_VALUES, min_size=1, max_size=3))
+    try:
+        data = pickle.dumps([fields], protocol=draw(st.sampled_from([2, 4, 5])))
+    except Exception:  # noqa: BLE001 -- some drawn objects cannot be pickled: the plain base case then
+        data = base["raw.pkl"]
+    return {"files": {"raw.pkl": data}}
+
+
 @st.composite
 def npz(draw, base):
     return {"files": {"raw.npz": _bytes_edit(draw, base["raw.npz"])}}
 
 
 STRATEGIES = {"pred_json": pred_json, "zip": zip_structure, "tiff": tiff, "gt_json": gt_json, "png": png,
-              "yaml": yaml_config, "cli": cli, "pickle": raw_pickle, "npz": npz}
+              "yaml": yaml_config, "cli": cli, "pickle": raw_pickle, "crafted_pickle": crafted_pickle, "npz": npz}

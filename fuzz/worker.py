@@ -63,7 +63,7 @@ def _target(case, sgeval, common):
         if outcome.exception is not None and not isinstance(outcome.exception, SystemExit):
             raise outcome.exception
         return outcome.output
-    if reader == "pickle":
+    if reader in ("pickle", "crafted_pickle"):
         return common.load_pickle("raw.pkl")
     if reader == "npz":
         result = common._load_npz("raw.npz")
