@@ -65,11 +65,12 @@ integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); 
 finite numbers; ``triplets`` and ``relations`` are lists of ``[3 integers]`` rows (``[[]]`` and
 ``null`` are malformed; ``ng_triplets: null`` means not given); ``version`` is the integer 1; a
 ZIP member name appears once; every GT segment id occurs in its PNG. Limits: ``workers`` <=
-MAX_WORKERS (64); a GT image <= MAX_IMAGE_PIXELS (2**26, environment variable
-``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a record, an entry) <= 2**26 characters; a mask TIFF
-<= 2 bytes per pixel of its masks + 1 MiB and as many masks as instances (checked before
-decoding); JSON and YAML nesting as deep as Python's recursion limit; config values are scalars or
-flat lists. Control characters in messages are shown escaped.
+MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
+MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
+record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
+as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
+recursion limit; config values are scalars or flat lists. Control characters in messages are
+shown escaped.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
 -----------------------------------------------------------------------------------
@@ -169,6 +170,7 @@ MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are dupli
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_WORKERS = 64
+MAX_INSTANCES = 10_000  # instances of one prediction record
 MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
 
 
@@ -847,6 +849,9 @@ def _instances(record, where, mode, n_objects, problems):
     else:
         problems.append(f"{where}: no instance list ('instances', 'annotation' or 'categories')")
         return None
+    if len(categories) > MAX_INSTANCES:
+        problems.append(f"{where}: {len(categories)} instances, more than the limit of {MAX_INSTANCES} per image")
+        return None
     category_array = _int_array(categories)
     if category_array is None:
         problems.append(f"{where}: field 'category' must be an integer for every instance")
@@ -974,7 +979,7 @@ def load_pred_masks(source, record, height, width, needed=None):
         with tifffile.TiffFile(io.BytesIO(data)) as tiff:
             bits = _strip_pages(tiff, data, height, width, n_masks, needed, where)
             if bits is None:
-                bits = pack_masks(_tifffile_layers(tiff, height, width, n_masks, where))
+                bits = _tifffile_masks(tiff, height, width, n_masks, where)
     except SGEvalError:
         raise
     except Exception as error:  # zipfile, tifffile and the codecs raise many types on corrupt data
@@ -1055,10 +1060,10 @@ def _check_mask_count(count, n_masks, where):
 MASK_BITS, MASK_COMPRESSIONS = (1, 8, 16), (1, 5, 8, 32946, 32773, 34925, 50000)
 
 
-def _tifffile_layers(tiff, height, width, n_masks, where):
-    """(P, H, W) bool masks of any other TIFF layout, decoded by tifffile page by page (a page of
-    samples stored together is (H, W, S): its samples are masks too). Every page's type, size and
-    number of masks is checked before any is decoded."""
+def _tifffile_masks(tiff, height, width, n_masks, where):
+    """Packed masks (P, W) of any other TIFF layout, decoded by tifffile and packed page by page (a
+    page of samples stored together is (H, W, S): its samples are masks too). Every page's type,
+    size and number of masks is checked before any is decoded."""
     pages = list(tiff.pages)
     for page in pages:
         if (page.imagelength, page.imagewidth) != (height, width):
@@ -1071,12 +1076,13 @@ def _tifffile_layers(tiff, height, width, n_masks, where):
                                f"{getattr(page.compression, 'name', page.compression)}: masks must be 1-, 8- or "
                                f"16-bit integers, losslessly compressed"])
     _check_mask_count(sum(math.prod(page.shape) // (height * width) for page in pages), n_masks, where)
-    layers = []
+    bits, done = np.empty((n_masks, _words(height * width)), np.uint64), 0
     for page in pages:
         array = page.asarray()
-        layers.extend((np.moveaxis(array, -1, 0) if page.axes.endswith("S") else array).reshape(-1, height, width)
-                      != 0)
-    return np.array(layers, bool).reshape(-1, height, width)
+        layers = (np.moveaxis(array, -1, 0) if page.axes.endswith("S") else array).reshape(-1, height, width)
+        bits[done: done + len(layers)] = pack_masks(layers != 0)
+        done += len(layers)
+    return bits
 
 
 def encode_masks(masks_PHW):

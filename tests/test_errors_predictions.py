@@ -516,3 +516,12 @@ def test_zip_whose_central_directory_needs_an_unknown_version(tmp_path):
     raw[at + 6: at + 8] = (1000).to_bytes(2, "little")  # version needed to extract: 100.0
     open(values["pred"], "wb").write(bytes(raw))
     only(problems_of(values), values["pred"], None, "ZIP", "version")
+
+
+def test_more_instances_than_the_limit(tmp_path):
+    """Masks, IoUs and the merge's twin table grow with the instances of an image: a record with
+    more than MAX_INSTANCES is one problem, checked before any mask is read."""
+    values = perfect_case(tmp_path)
+    many = [{"category": 0}] * (sgeval.MAX_INSTANCES + 1)
+    rewrite_json(values["pred"], lambda data: pred_record(data, "101").update(instances=many, triplets=[]))
+    only(problems_of(values), values["pred"], "101", str(sgeval.MAX_INSTANCES))

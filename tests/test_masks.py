@@ -350,7 +350,7 @@ def test_pred_tiff_masks_equal_tifffile(options, dtype, width):
     else:
         np.testing.assert_array_equal(partial, expected)  # tifffile decodes every page
     with tifffile.TiffFile(io.BytesIO(data)) as tiff:  # the general reader reads any layout
-        np.testing.assert_array_equal(sgeval._tifffile_layers(tiff, 17, width, 5, "where"), masks)
+        np.testing.assert_array_equal(sgeval._tifffile_masks(tiff, 17, width, 5, "where"), sgeval.pack_masks(masks))
 
 
 OTHER_LAYOUTS = {  # name: (options, dtypes): layouts only tifffile decodes
