@@ -726,11 +726,11 @@ class _JSONStream:
                 return
 
 
-# What reading a JSON document from a file or a ZIP member can raise on bad bytes: zipfile raises
-# RuntimeError (encrypted), NotImplementedError (compression), EOFError and zlib.error (corrupt
-# data); the json module RecursionError (nesting too deep).
-_READ_ERRORS = (OSError, KeyError, ValueError, EOFError, RuntimeError, NotImplementedError, zlib.error,
-                zipfile.BadZipFile)
+# What reading a file or a ZIP member (a JSON document, an .npz) can raise on bad bytes: zipfile
+# raises RuntimeError (encrypted), NotImplementedError (compression), EOFError and zlib.error
+# (corrupt data); the json module RecursionError (nesting too deep).
+READ_ERRORS = (OSError, KeyError, ValueError, EOFError, RuntimeError, NotImplementedError, zlib.error,
+               zipfile.BadZipFile)
 
 
 def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
@@ -746,7 +746,7 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     name = "triplets.json" if source.kind != "json" else os.path.basename(pred_path)
     try:
         members = source.members()
-    except _READ_ERRORS as error:
+    except READ_ERRORS as error:
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {type(error).__name__}: {error}"]) from None
     problems.extend(f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
                     for m in sorted(set(members or ())) if _unsafe_member(m))
@@ -777,7 +777,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
                                                                           "must be a list")])
     except SGEvalError:
         raise
-    except _READ_ERRORS as error:
+    except READ_ERRORS as error:
         raise SGEvalError([f"{pred_path}: cannot read {name}: {type(error).__name__}: {error}"]) from None
     if type(version) is not int or version != 1:
         raise SGEvalError([f"{pred_path}: field 'version' is {version!r}; this reader knows version 1"])
@@ -1001,9 +1001,7 @@ def _strip_pages(tiff, data, height, width, n_masks, needed, where):
             and first.compression in (1, 8, 32946) and first.predictor == 1 and first.fillorder == 1
             and first.sampleformat == 1 and not first.is_tiled):
         return None
-    if (first.imagelength, first.imagewidth) != (height, width):
-        raise SGEvalError([f"{where}: mask size ({first.imagelength}, {first.imagewidth}) differs from the GT "
-                           f"image size ({height}, {width})"])
+    _check_mask_size(first, height, width, where)
     row_bytes, strip_rows = (width * bits_per_pixel + 7) // 8, min(first.rowsperstrip, height)
     if strip_rows < 1:
         raise ValueError("RowsPerStrip is 0")
@@ -1050,6 +1048,12 @@ def _read_strips(view, offsets, counts, compression, strip_size, pixels):
             raise ValueError(f"a strip inflates to fewer than its {len(target)} bytes")
 
 
+def _check_mask_size(page, height, width, where):
+    if (page.imagelength, page.imagewidth) != (height, width):
+        raise SGEvalError([f"{where}: mask size ({page.imagelength}, {page.imagewidth}) differs from the GT "
+                           f"image size ({height}, {width})"])
+
+
 def _check_mask_count(count, n_masks, where):
     if count != n_masks:
         raise SGEvalError([f"{where}: {count} masks for {n_masks} instances"])
@@ -1066,9 +1070,7 @@ def _tifffile_masks(tiff, height, width, n_masks, where):
     size and number of masks is checked before any is decoded."""
     pages = list(tiff.pages)
     for page in pages:
-        if (page.imagelength, page.imagewidth) != (height, width):
-            raise SGEvalError([f"{where}: mask size ({page.imagelength}, {page.imagewidth}) differs from the GT "
-                               f"image size ({height}, {width})"])
+        _check_mask_size(page, height, width, where)
         if page.bitspersample not in MASK_BITS or page.compression not in MASK_COMPRESSIONS \
                 or page.sampleformat not in (1, 2):
             raise SGEvalError([f"{where}: a page of {page.bitspersample}-bit samples of format "

@@ -61,8 +61,6 @@ import math
 import os
 import pickle
 import time
-import zipfile
-import zlib
 from pathlib import Path
 
 import click
@@ -100,7 +98,7 @@ class RawResult:
     def __setstate__(self, state):
         if not isinstance(state, dict):
             raise pickle.UnpicklingError("a Result's state must map field names to values")
-        self.fields.update(state) if hasattr(self, "fields") else setattr(self, "fields", dict(state))
+        self.__dict__.setdefault("fields", {}).update(state)
 
     def get(self, name):
         return self.fields.get(name)
@@ -228,13 +226,17 @@ def _no_count(kind):
 
 
 def _real_arrays(value):
-    """value with every unpickled _Array and _DType made real (in lists, tuples and dicts too)."""
+    """value with every unpickled _Array and _DType made real (in lists, tuples, dicts and the fields
+    of RawResults too)."""
     if isinstance(value, _Array):
         if value.array is None:
             raise _Refused("a numpy array without data")
         return value.array
     if isinstance(value, _DType):
         return value.real()
+    if isinstance(value, RawResult):
+        value.fields = _real_arrays(value.fields)
+        return value
     if isinstance(value, (list, tuple)):
         return type(value)(map(_real_arrays, value)) if type(value) in (list, tuple) else value
     if isinstance(value, dict):
@@ -289,9 +291,6 @@ def load_pickle(path):
     try:
         with open(path, "rb") as handle:
             data = _real_arrays(RestrictedUnpickler(handle).load())
-            for item in data if isinstance(data, (list, tuple)) else ():
-                if isinstance(item, RawResult):
-                    item.fields = _real_arrays(item.fields)
     except _Refused as refused:
         raise ConvertError([
             f"{path}: refusing to load the pickle: it refers to {refused}, which is neither numpy "
@@ -362,7 +361,7 @@ def _load_npz(file):
             return RawResult({key: archive[key] for key in archive.files})
     except ConvertError:
         raise
-    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zlib.error, zipfile.BadZipFile) as error:
+    except sgeval.READ_ERRORS as error:
         raise ConvertError([f"{file}: cannot read the npz file: {type(error).__name__}: {error}"]) from None
 
 
