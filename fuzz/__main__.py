@@ -12,6 +12,7 @@ import argparse
 import collections
 import hashlib
 import pickle
+import selectors
 import struct
 import subprocess
 import sys
@@ -77,7 +78,6 @@ _EOF = object()
 
 def _read_with_timeout(process, timeout):
     """The worker's next reply; None after timeout seconds without one; _EOF when it died."""
-    import selectors
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
     if not selector.select(timeout):
@@ -126,7 +126,7 @@ def main(argv=None):
     unknown = sorted(set(readers) - set(READERS))
     if unknown:
         parser.error(f"unknown readers {unknown}; known: {', '.join(READERS)}")
-    base, worker = base_workspace(), None
+    base = base_workspace()
     tallies, findings = collections.defaultdict(collections.Counter), []
     start = time.monotonic()
     deadline = start + args.seconds if args.seconds else float("inf")

@@ -8,11 +8,15 @@ A case is a plain dict (it is pickled to the worker and into the corpus):
     valid    True / False when the generator knows whether the input is valid, else None
 """
 
+import collections
+import importlib
 import io
 import json
 import pickle
 import string
+import tempfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import yaml
@@ -25,6 +29,7 @@ READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle"
 
 HEIGHT, WIDTH = 12, 16
 THINGS, STUFF, PREDICATES = ["person", "dog", "horse"], ["grass", "sky"], ["on", "near", "riding"]
+EVALUATED = ("101", "102", "103")  # the test images of base_workspace, each with a prediction
 
 
 def _blocks(*boxes):
@@ -39,13 +44,11 @@ def base_workspace():
     layouts = [([(0, 6, 0, 8), (0, 6, 8, 16), (6, 12, 0, 16)], [0, 1, 3], [[0, 2, 0], [1, 2, 0], [0, 1, 1]]),
                ([(0, 12, 0, 5), (0, 12, 5, 16)], [2, 4], [[0, 1, 2]]),
                ([(2, 9, 3, 12), (0, 2, 0, 16)], [0, 4], [[0, 1, 1]])]
-    images = [{"image_id": str(101 + i), "height": HEIGHT, "width": WIDTH, "split": "test", "categories": cats,
-               "masks": _blocks(*boxes), "boxes": [synth.tight_box(m) for m in _blocks(*boxes)], "relations": rels}
-              for i, (boxes, cats, rels) in enumerate(layouts)]
+    images = [{"image_id": image_id, "height": HEIGHT, "width": WIDTH, "split": "test", "categories": cats,
+               "masks": masks, "boxes": [synth.tight_box(m) for m in masks], "relations": rels}
+              for image_id, (boxes, cats, rels) in zip(EVALUATED, layouts) for masks in [_blocks(*boxes)]]
     images.append({**images[0], "image_id": "900", "split": "train"})
     files = {}
-    import tempfile
-    from pathlib import Path
     with tempfile.TemporaryDirectory() as folder:
         synth.write_gt({"thing_classes": THINGS, "stuff_classes": STUFF, "predicate_classes": PREDICATES,
                         "images": images}, Path(folder) / "gt")
@@ -240,7 +243,6 @@ class _Reduce:
 
 def _numpy_core(name):
     """numpy._core.<name> (numpy 2), else numpy.core.<name>."""
-    import importlib
     try:
         return importlib.import_module(f"numpy._core.{name}")
     except ImportError:
@@ -249,7 +251,6 @@ def _numpy_core(name):
 
 def _allowed_callables():
     """The callables the restricted unpickler allows."""
-    import collections
     multiarray, numeric = _numpy_core("multiarray"), _numpy_core("numeric")
     return [np.dtype, np.ndarray, multiarray._reconstruct, multiarray.scalar, numeric._frombuffer, bytes,
             bytearray, set, frozenset, complex, collections.OrderedDict]

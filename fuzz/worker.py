@@ -9,7 +9,9 @@ reference says the input is invalid or decodes it differently), ``refused`` (an 
 the reference validator finds valid). The parent adds ``crash`` and ``hang``."""
 
 import contextlib
+import functools
 import io
+import json
 import os
 import pickle
 import resource
@@ -18,7 +20,11 @@ import struct
 import sys
 import tempfile
 import traceback
+import zipfile
 from pathlib import Path
+
+from fuzz.cases import EVALUATED, HEIGHT, PREDICATES, STUFF, THINGS, WIDTH
+from fuzz.oracle import valid_prediction
 
 ADDRESS_SPACE = 3 << 30
 
@@ -36,7 +42,7 @@ def run_case(case, base, folder):
             try:
                 result = _target(case, sgeval, common)
             except (sgeval.SGEvalError, common.ConvertError) as error:
-                if case["reader"] == "pred_json" and _valid_prediction(base):
+                if case["reader"] == "pred_json" and _valid_prediction(base["pred.zip"]):
                     return "refused", "valid by fuzz/oracle.py: " + error.problems[0][:300]
                 return "error", error.problems[0][:300]
             except MemoryError:
@@ -44,7 +50,7 @@ def run_case(case, base, folder):
             except Exception:  # noqa: BLE001 -- every other exception is what this run looks for
                 return "traceback", traceback.format_exc(limit=-3)[-1200:]
             try:
-                return _oracle({**case, "base": base}, result, sgeval)
+                return _oracle(case, base, sgeval)
             except MemoryError:
                 return "memory", "in the reference decoder"
             except Exception:  # noqa: BLE001 -- sgeval accepted what its own readers then fail on
@@ -71,26 +77,29 @@ def _target(case, sgeval, common):
     return sgeval.evaluate(sgeval.load_config("config.yaml"))
 
 
-def _valid_prediction(base):
-    """fuzz/oracle.py's verdict on the case's triplets.json (the current folder holds the case)."""
-    import json
-    import zipfile
+@functools.lru_cache(maxsize=1)
+def _mask_counts(base_zip):
+    """{TIFF name: number of masks} of the base prediction ZIP (decoded once per worker)."""
     import tifffile
-    from fuzz.oracle import valid_prediction
-    with zipfile.ZipFile(io.BytesIO(base["pred.zip"])) as archive:
-        counts = {name: len(tifffile.imread(io.BytesIO(archive.read(name))).reshape(-1, 12, 16))
-                  for name in archive.namelist() if name.endswith(".tiff")}
+    with zipfile.ZipFile(io.BytesIO(base_zip)) as archive:
+        return {name: len(tifffile.imread(io.BytesIO(archive.read(name))).reshape(-1, HEIGHT, WIDTH))
+                for name in archive.namelist() if name.endswith(".tiff")}
+
+
+def _valid_prediction(base_zip):
+    """fuzz/oracle.py's verdict on the case's triplets.json (the current folder holds the case)."""
     try:
         with zipfile.ZipFile("pred.zip") as archive:
             document, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
     except (ValueError, RecursionError):
         return False
-    return valid_prediction(document, 5, 3, members, {"101", "102", "103"}, counts)
+    return valid_prediction(document, len(THINGS + STUFF), len(PREDICATES), members, set(EVALUATED),
+                            _mask_counts(base_zip))
 
 
-def _oracle(case, result, sgeval):
+def _oracle(case, base, sgeval):
     """accepted, or silent when a reference decoder or validator reads the input differently."""
-    if case["reader"] == "pred_json" and not _valid_prediction(case["base"]):
+    if case["reader"] == "pred_json" and not _valid_prediction(base["pred.zip"]):
         return "silent", "invalid by fuzz/oracle.py, accepted by sgeval"
     if case["reader"] == "tiff":
         return _same_masks_as_tifffile(case, sgeval)
@@ -103,20 +112,20 @@ def _same_masks_as_tifffile(case, sgeval):
     import numpy as np
     import tifffile
     source = sgeval.PredSource("pred.zip")
-    records = {r.seg_filename: r for r in sgeval.read_predictions("pred.zip", 5, 3, "mask")[1].values()}
-    record = records[case["member"]]
-    ours = sgeval.load_pred_masks(source, record, 12, 16).copy()
+    records = sgeval.read_predictions("pred.zip", len(THINGS + STUFF), len(PREDICATES), "mask")[1].values()
+    record = {r.seg_filename: r for r in records}[case["member"]]
+    ours = sgeval.load_pred_masks(source, record, HEIGHT, WIDTH).copy()
     try:
         layers = []
         with tifffile.TiffFile(io.BytesIO(source.read(case["member"]))) as tiff:
             while sum(map(len, layers)) < len(ours):  # the pages the masks need, not a bad link after them
                 page = tiff.pages[len(layers)]
                 array = page.asarray()
-                layers.append(np.moveaxis(array, -1, 0) if page.axes.endswith("S") else array.reshape(-1, 12, 16))
+                layers.append(np.moveaxis(array, -1, 0) if page.axes.endswith("S") else array.reshape(-1, HEIGHT, WIDTH))
         masks = np.concatenate(layers) != 0
     except Exception as error:  # noqa: BLE001
         return "silent", f"tifffile cannot read what sgeval accepted: {type(error).__name__}: {error}"
-    if masks.shape != (len(ours), 12, 16) or not np.array_equal(sgeval.pack_masks(masks), ours):
+    if masks.shape != (len(ours), HEIGHT, WIDTH) or not np.array_equal(sgeval.pack_masks(masks), ours):
         return "silent", f"masks differ from tifffile's ({masks.shape})"
     return "accepted", ""
 
