@@ -62,15 +62,17 @@ Strict reading and limits (SPEC section 8)
 Every problem is one line naming file, image id and field; all of a pass are raised together as
 one SGEvalError (the CLI prints ``error:`` lines and exits 1). JSON ``true``/``false`` are not
 integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); a bbox is four
-finite numbers; ``triplets`` and ``relations`` are lists of ``[3 integers]`` rows (``[[]]`` and
-``null`` are malformed; ``ng_triplets: null`` means not given); ``version`` is the integer 1; a
-ZIP member name appears once; every GT segment id occurs in its PNG. Limits: ``workers`` <=
+finite numbers (GT and predictions, both modes); ``triplets`` and ``relations`` are lists of
+``[3 integers]`` rows (``[[]]`` and ``null`` are malformed; ``ng_triplets: null`` means not
+given); ``version`` is the integer 1; a ZIP member name appears once; a GT image's segment ids are
+distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a cut-off is
+ASCII digits or x and a decimal number. Limits: ``workers`` <=
 MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
 MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
 record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
 as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
 recursion limit; config values are scalars or flat lists. Control characters in messages are
-shown escaped.
+shown escaped; a message line is cut at 1,000 characters.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
 -----------------------------------------------------------------------------------
@@ -177,8 +179,9 @@ MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # he
 class SGEvalError(ValueError):
     """Bad input. ``problems`` holds one line per problem (file, image id, field)."""
 
-    def __init__(self, problems):  # control characters (a newline in an image id) are shown escaped
+    def __init__(self, problems):  # control characters (a newline in an image id) shown escaped, long lines cut
         self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in problems]
+        self.problems = [p if len(p) <= 1000 else f"{p[:1000]}... ({len(p)} characters)" for p in self.problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -214,12 +217,17 @@ class Config:
 _CHOICES = {"protocol": PROTOCOLS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
 
 
+_K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # ASCII digits only
+
+
 def parse_k(label):
     """A cut-off label -> (number, relative): '20' -> (20, False), 'x10' -> (10.0, True); else ValueError."""
     text = str(label).strip()
+    if not _K_LABEL.fullmatch(text):
+        raise ValueError(text)
     relative = text.startswith("x")
-    number = float(text[1:]) if relative else int(text)
-    if not number > 0 or relative and not math.isfinite(number):
+    number = float(text[1:]) if relative else int(text)  # ValueError beyond 4,300 digits
+    if not 0 < number < math.inf:
         raise ValueError(text)
     return number, relative
 
@@ -270,7 +278,7 @@ def make_config(values, source="config"):
     problems += [f"{source}: {key} '{merged[key]}' is not one of {', '.join(allowed)}"
                  for key, allowed in _CHOICES.items() if merged[key] not in allowed]
     workers = merged["workers"]
-    workers = int(workers) if isinstance(workers, str) and workers.strip().isdigit() else workers
+    workers = int(workers) if isinstance(workers, str) and re.fullmatch(r"\s*[0-9]{1,3}\s*", workers) else workers
     if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
         problems.append(f"{source}: workers must be an integer from 1 to {MAX_WORKERS}")
     problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
@@ -361,12 +369,21 @@ def _int_array(values):
         return None
 
 
+def _float_array(values):
+    """(N,) float64 of a list of finite JSON numbers, else None (booleans are not numbers)."""
+    try:
+        array = np.array(values, np.float64) if _types(values) <= {int, float} else None
+    except OverflowError:  # an integer beyond the float range
+        return None
+    return array if array is not None and np.isfinite(array).all() else None
+
+
 def _box_array(boxes):
-    """(N, 4) float64 of a list of boxes of four JSON numbers each, else None."""
+    """(N, 4) float64 of a list of boxes of four finite JSON numbers each, else None."""
     if not _types(boxes) <= {list} or not set(map(len, boxes)) <= {4}:
         return None
-    values = list(itertools.chain.from_iterable(boxes))
-    return np.array(values, np.float64).reshape(-1, 4) if _types(values) <= {int, float} else None
+    values = _float_array(list(itertools.chain.from_iterable(boxes)))
+    return None if values is None else values.reshape(-1, 4)
 
 
 def _check_indices(rows, name, limits, labels, where, problems):
@@ -412,7 +429,7 @@ def _compact_entry(entry):
     if ids is None or categories is None:
         problems["segments_info"] = "field 'segments_info' must list objects with an integer 'id' and 'category_id'"
     if boxes is None:
-        problems["annotations"] = "field 'annotations' must list objects with a 'bbox' of four numbers"
+        problems["annotations"] = "field 'annotations' must list objects with a 'bbox' of four finite numbers"
     if relations is None:
         problems["relations"] = "field 'relations' must be a list of [3 integers] rows"
     return _Entry(str(entry["image_id"]), *size, entry.get("pan_seg_file_name"), ids, categories, boxes, relations,
@@ -454,8 +471,6 @@ def read_gt(gt_path, seg_root=None):
         if len(boxes) != len(categories):
             problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(categories)}")
             continue
-        if seg_root is None and not np.isfinite(boxes).all():
-            problems.append(f"{where}: annotations bbox holds NaN or inf")
         _check_indices(categories[:, None], "segment", [len(objects)], ["category"], where, problems)
         _check_indices(relations, "relation", [len(categories)] * 2 + [len(predicates)],
                        ["segment", "segment", "predicate"], where, problems)
@@ -468,6 +483,8 @@ def read_gt(gt_path, seg_root=None):
                 problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
                 continue
             seg_path = os.path.join(seg_root, entry.pan_seg_file_name)
+            if len(np.unique(entry.segment_ids)) < len(entry.segment_ids):
+                problems.append(f"{where}: field 'segments_info' lists a segment id twice")
             if not os.path.isfile(seg_path):
                 problems.append(f"{seg_path}: image {entry.image_id}: panoptic PNG not found "
                                 f"(field 'pan_seg_file_name' under {seg_root})")
@@ -858,18 +875,19 @@ def _instances(record, where, mode, n_objects, problems):
         return None
     _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
     box_array = _box_array(boxes)
-    if box_array is None or not np.isfinite(box_array).all() or mode == "box" and (
+    if box_array is None or mode == "box" and (
             (box_array[:, 2] < box_array[:, 0]) | (box_array[:, 3] < box_array[:, 1])).any():
         problem = _box_problem(boxes, mode)  # the checks one by one, to word the problem
         if problem:
             problems.append(f"{where}: {problem}")
             return None
-    if not (_types(scores) <= {int, float} and np.isfinite(np.array(scores, float)).all()):
-        bad = [i for i, v in enumerate(scores) if v is not None and not (type(v) in (int, float) and math.isfinite(v))]
+    score_array = _float_array(scores)
+    if score_array is None:
+        bad = [i for i, v in enumerate(scores) if v is not None and _float_array([v]) is None]
         if bad:
             problems.append(f"{where}: instance {bad[0]}: field 'score' must be a finite number")
             return None
-    return category_array, None if mode == "mask" else box_array, None if None in scores else np.array(scores, float)
+    return category_array, None if mode == "mask" else box_array, score_array
 
 
 def _box_problem(boxes, mode):
@@ -881,8 +899,8 @@ def _box_problem(boxes, mode):
             text = "field 'bbox' is required in box mode"
         elif not (isinstance(box, list) and len(box) == 4 and _types(box) <= {int, float}):
             text = "field 'bbox' must be [x1, y1, x2, y2]: four numbers"
-        elif not all(map(math.isfinite, box)):
-            text = "field 'bbox' holds NaN or inf"
+        elif _float_array(box) is None:
+            text = "field 'bbox' holds NaN, inf or a number beyond the float range"
         elif mode == "box" and (box[2] < box[0] or box[3] < box[1]):
             text = "field 'bbox' has x2 < x1 or y2 < y1"
         else:
@@ -1059,6 +1077,16 @@ def _check_mask_count(count, n_masks, where):
         raise SGEvalError([f"{where}: {count} masks for {n_masks} instances"])
 
 
+def _check_segments(page, index, file_size):
+    """A page's strips or tiles are all there: tifffile decodes a missing one as zeros (and only
+    logs it)."""
+    offsets, counts, needed = page.dataoffsets, page.databytecounts, math.prod(page.chunked)
+    if not len(offsets) == len(counts) == needed or min(counts, default=0) < 1 \
+            or max(map(sum, zip(offsets, counts))) > file_size:
+        raise ValueError(f"page {index}: its {needed} strips or tiles are not all in the file (offsets "
+                         f"{len(offsets)}, byte counts {len(counts)}, the smallest {min(counts, default=0)})")
+
+
 # Pages sgeval decodes: unsigned or signed integer samples of 1, 8 or 16 bits, lossless compression
 # (none, LZW, deflate, PackBits, LZMA, Zstandard), any layout tifffile reads.
 MASK_BITS, MASK_COMPRESSIONS = (1, 8, 16), (1, 5, 8, 32946, 32773, 34925, 50000)
@@ -1069,8 +1097,9 @@ def _tifffile_masks(tiff, height, width, n_masks, where):
     page of samples stored together is (H, W, S): its samples are masks too). Every page's type,
     size and number of masks is checked before any is decoded."""
     pages = list(tiff.pages)
-    for page in pages:
+    for index, page in enumerate(pages):
         _check_mask_size(page, height, width, where)
+        _check_segments(page, index, tiff.filehandle.size)
         if page.bitspersample not in MASK_BITS or page.compression not in MASK_COMPRESSIONS \
                 or page.sampleformat not in (1, 2):
             raise SGEvalError([f"{where}: a page of {page.bitspersample}-bit samples of format "
@@ -1834,8 +1863,8 @@ def write_output(path, results):
             handle.write("" if results is None else json.dumps(results, indent=1) + "\n")
         if results is None and not existed:
             os.remove(path)
-    except OSError as error:
-        raise SGEvalError([f"{path}: cannot write the results (output): {error.strerror or error}"]) from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
+        raise SGEvalError([f"{path}: cannot write the results (output): {getattr(error, 'strerror', None) or error}"]) from None
 
 
 def mark_zeroshot(images, training_types, given=None):

@@ -160,9 +160,10 @@ class _DType:
 
     def real(self):
         state = self.state
-        if self.name not in _SIMPLE_DTYPES or state is not None and not (
-                isinstance(state, tuple) and len(state) in (8, 9) and state[1] in ("<", ">", "|", "=")
-                and state[2:5] == (None, None, None) and state[5:7] == (-1, -1)):
+        if self.name not in _SIMPLE_DTYPES or state is not None and not (  # as numpy writes a simple dtype
+                isinstance(state, tuple) and len(state) in (8, 9) and state[0] in (3, 4)
+                and state[1] in ("<", ">", "|", "=") and state[2:5] == (None, None, None) and state[5:8] == (-1, -1, 0)
+                and state[8:] in ((), (None,))):
             raise _Refused(f"a numpy dtype other than {', '.join(sorted(_SIMPLE_DTYPES))} (fields, sub-arrays, objects)")
         order = "=" if state is None or state[1] == "|" else state[1]
         return np.dtype(self.name).newbyteorder(order)
@@ -191,7 +192,9 @@ class _Array:
     def __setstate__(self, state):
         if not (isinstance(state, tuple) and len(state) == 5):
             raise _Refused("a numpy array state of another form")
-        _, shape, dtype, fortran, raw = state
+        version, shape, dtype, fortran, raw = state
+        if version != 1:
+            raise _Refused(f"a numpy array state of version {version!r}")
         self.array = _numpy_array(raw, dtype, shape, "F" if fortran else "C")
 
 
@@ -203,8 +206,8 @@ class _NdarrayClass:
 
 
 def _reconstruct(cls, shape=None, typecode=None):
-    if cls is not _NdarrayClass:
-        raise _Refused("numpy _reconstruct of a class other than ndarray")
+    if cls is not _NdarrayClass or shape != (0,) or typecode != b"b":  # as numpy pickles an ndarray
+        raise _Refused("numpy _reconstruct of another class or form than an ndarray's")
     return _Array()
 
 
@@ -237,8 +240,8 @@ def _real_arrays(value):
     if isinstance(value, RawResult):
         value.fields = _real_arrays(value.fields)
         return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(map(_real_arrays, value)) if type(value) in (list, tuple) else value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return type(value)(map(_real_arrays, value)) if type(value) in (list, tuple, set, frozenset) else value
     if isinstance(value, dict):
         return {key: _real_arrays(item) for key, item in value.items()}
     return value

@@ -77,8 +77,10 @@ def base_workspace():
 # ------------------------------------------------------------------------------ hostile values
 
 _TEXT = st.text(alphabet=string.printable + "\x00\x1b\u2028é", max_size=12)
+_ODD = st.sampled_from([10 ** 400, -(10 ** 400), 2 ** 63, 2 ** 64, "\u00b2", "\u0663", "1_0", "x1_0", "9" * 5000,
+                        "x1e400", " 7 "])  # beyond int64 or float; digits int() reads and a cut-off must not
 _SCALARS = (st.none() | st.booleans() | st.integers(-2, 8) | st.integers(-2 ** 70, 2 ** 70)
-            | st.floats(allow_nan=True, allow_infinity=True) | _TEXT)
+            | st.floats(allow_nan=True, allow_infinity=True) | _TEXT | _ODD)
 JSON_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(_TEXT, inner, max_size=3), max_leaves=8)
 
@@ -104,7 +106,7 @@ def _set_path(document, path, value):
 DELETE = object()
 
 
-def _paths(draw, document, depth=4):
+def _paths(draw, document, depth=6):
     """A random path into a JSON document (keys of objects, indices of lists)."""
     path, node = [], document
     for _ in range(draw(st.integers(1, depth))):
@@ -222,7 +224,7 @@ _OPTIONS = ["--k", "--imr-k", "--metrics", "--protocol", "--protocols", "--iou-t
 def cli(draw, base):
     argv = ["--gt", "gt/psg.json", "--gt-seg", "gt/panoptic", "--pred", "pred.zip", "--quiet"]
     for _ in range(draw(st.integers(1, 3))):
-        argv += [draw(st.sampled_from(_OPTIONS)), draw(_TEXT | st.integers(-2 ** 70, 2 ** 70).map(str))]
+        argv += [draw(st.sampled_from(_OPTIONS)), draw(_TEXT | st.integers(-2 ** 70, 2 ** 70).map(str) | _ODD.map(str))]
     return {"files": {}, "argv": argv}
 
 

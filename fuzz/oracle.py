@@ -1,9 +1,11 @@
-"""A reference validator of triplets.json, written from the documented rules (sgeval's module
-docstring, "Predictions" and "Strict reading and limits"), independent of sgeval's reader: the fuzz
-worker calls an accepted prediction that it finds invalid a silent acceptance, and a rejected one
-it finds valid a refusal."""
+"""Reference validators of triplets.json, psg.json and configs (YAML or command line), written
+from the documented rules (sgeval's module docstring: "Ground truth", "Predictions", "Strict reading
+and limits" and Config), independent of sgeval's readers: the fuzz worker calls an accepted input
+that they find invalid a silent acceptance, and a rejected one they find valid a refusal."""
 
 import math
+import os
+import re
 
 
 def _integer(value, low, high):
@@ -69,3 +71,141 @@ def valid_prediction(document, n_objects, n_predicates, members, evaluated, mask
             if image_id in evaluated and masks_per_file.get(name) != n_instances:
                 return False
     return True
+
+
+# ------------------------------------------------------------------------------------ psg.json
+
+def _objects(items, *keys):
+    return isinstance(items, list) and all(isinstance(item, dict) for item in items) and all(
+        _integer(item.get(key), -2 ** 63, 2 ** 63) for item in items for key in keys)
+
+
+def _distinct_names(names):
+    return all(type(name) is str for name in names) and len(set(names)) == len(names)
+
+
+def _entry_problem(entry, n_objects, n_predicates, training):
+    """Whether a data entry breaks a rule (training entries: only their segments and relations)."""
+    segments, relations = entry.get("segments_info"), entry.get("relations")
+    if not _objects(segments, "id", "category_id") or not _rows(relations, (2 ** 63,) * 3):
+        return True
+    n_segments = len(segments)
+    if not all(0 <= s["category_id"] < n_objects for s in segments) or not _rows(
+            relations, (n_segments, n_segments, n_predicates)):
+        return True
+    if training:
+        return False
+    annotations = entry.get("annotations")
+    return not all(_integer(entry.get(key), 1, 2 ** 63) for key in ("height", "width")) or not (
+        isinstance(annotations, list) and all(isinstance(a, dict) for a in annotations)
+        and all(isinstance(a.get("bbox"), list) and len(a["bbox"]) == 4 and all(map(_number, a["bbox"]))
+                for a in annotations))
+
+
+def valid_gt(document, png_ids, predicted, max_pixels):
+    """Whether a psg.json document (parsed) is valid in mask mode. png_ids: {pan_seg_file_name: set
+    of the segment ids its PNG holds, (height, width)} of the PNGs that exist; predicted: the ids of
+    the images with predicted instances (only their PNGs are decoded: the others need no masks)."""
+    keys = ("data", "thing_classes", "stuff_classes", "predicate_classes", "test_image_ids")
+    if not isinstance(document, dict) or not all(isinstance(document.get(key), list) for key in keys):
+        return False
+    objects, predicates = document["thing_classes"] + document["stuff_classes"], document["predicate_classes"]
+    if not _distinct_names(objects) or not _distinct_names(predicates):
+        return False
+    data, test_ids = document["data"], {str(i) for i in document["test_image_ids"]}
+    if not all(isinstance(entry, dict) and "image_id" in entry for entry in data):
+        return False
+    if test_ids - {str(entry["image_id"]) for entry in data}:
+        return False
+    seen = set()
+    for entry in data:
+        image_id = str(entry["image_id"])
+        training = image_id not in test_ids
+        if _entry_problem(entry, len(objects), len(predicates), training):
+            return False
+        if training:
+            continue
+        if image_id in seen or entry["height"] * entry["width"] > max_pixels:
+            return False
+        seen.add(image_id)
+        if not entry["relations"]:  # not evaluated
+            continue
+        if len(entry["annotations"]) != len(entry["segments_info"]):
+            return False
+        ids = [segment["id"] for segment in entry["segments_info"]]
+        name = entry.get("pan_seg_file_name")
+        if not isinstance(name, str) or name not in png_ids or len(set(ids)) < len(ids):
+            return False
+        png_segments, png_size = png_ids[name]
+        if image_id in predicted and (png_size != (entry["height"], entry["width"]) or not set(ids) <= png_segments):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------ configs and CLI
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _labels(value, relative_allowed):
+    items = [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else \
+        value if isinstance(value, list) else [value]
+    return bool(items) and all(_label(str(item).strip(), relative_allowed) for item in items)
+
+
+def _label(text, relative_allowed):
+    """A cut-off: ASCII digits (a positive integer Python can read), or x and a positive finite
+    decimal number."""
+    if re.fullmatch(r"[0-9]{1,4300}", text):
+        return int(text) > 0
+    if relative_allowed and re.fullmatch(r"x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text):
+        return 0 < float(text[1:]) < math.inf
+    return False
+
+
+def _names(value, allowed):
+    items = [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else \
+        value if isinstance(value, list) else [value]
+    return all(str(item) in allowed for item in items)
+
+
+def valid_config(values, fields):
+    """(valid, sure) for a config mapping (a YAML file's or the CLI's) in the fuzz workspace (the
+    current folder): sure is False where the verdict depends on what this validator does not judge
+    (another existing path, an output path). fields: the config's field names."""
+    if not isinstance(values, dict) or set(map(str, values)) - set(fields) or not all(
+            isinstance(v, _SCALARS) or isinstance(v, list) and all(isinstance(i, _SCALARS) for i in v)
+            for v in values.values()):
+        return False, True
+    get = lambda key, default=None: values.get(key, default)  # noqa: E731
+    workers = get("workers", 1)
+    if isinstance(workers, str) and re.fullmatch(r"\s*[0-9]{1,3}\s*", workers):
+        workers = int(workers)
+    checks = [
+        _labels(get("k", "20"), True), _labels(get("imr_k", "10"), False),
+        _names(get("metrics", []), ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR",
+                                    "wIMR")),
+        _names(get("protocols", []), ("unique", "singlempo", "multimpo")),
+        get("protocol", "unique") in ("unique", "singlempo", "multimpo"),
+        get("absent_predicates", "skip") in ("skip", "zero"), get("aggregation", "per_image") in ("per_image", "pooled"),
+        type(get("iou_threshold", 0.5)) in (int, float) and 0 < get("iou_threshold", 0.5) <= 1,
+        type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
+        all(type(get(key, True)) is bool for key in ("per_predicate", "audit")),
+        type(workers) is int and 1 <= workers <= 64,
+        all(get(key) for key in ("gt", "pred")),
+    ]
+    if not all(checks):
+        return False, True
+    paths = {"gt": "gt/psg.json", "pred": "pred.zip", "gt_seg": "gt/panoptic"}
+    unsure = [key for key in ("train_gt", "zeroshot_triplets", "output") if get(key) not in (None, "")]
+    for key, expected in paths.items():
+        value = get(key, expected)
+        if value in (None, "") or str(value).rstrip("/") == expected:  # gt_seg None or "": box mode
+            continue
+        if not os.path.exists(str(value)):
+            return False, True
+        unsure.append(key)
+    for key in ("train_gt", "zeroshot_triplets"):
+        if get(key) not in (None, "") and not os.path.exists(str(get(key))):
+            return False, True
+    return True, not unsure

@@ -3,10 +3,16 @@ says what happened. Protocol: pickled case in, pickled outcome out, each prefixe
 (4 bytes, big-endian) on stdin / stdout. ``python -m fuzz.worker``.
 
 Outcomes: ``error`` (one clean error: SGEvalError, ConvertError, exit code 1 or 2 of the CLI),
-``accepted`` (results, and where a reference decoder or validator exists it agrees), ``traceback``
-(any other exception), ``memory`` (MemoryError under the limit), ``silent`` (accepted, but the
-reference says the input is invalid or decodes it differently), ``refused`` (an error for input
-the reference validator finds valid). The parent adds ``crash`` and ``hang``."""
+``accepted`` (results, and the reference decoder or validator agrees), ``traceback`` (any other
+exception), ``memory`` (MemoryError under the limit), ``silent`` (accepted, but the reference says
+the input is invalid or decodes it differently), ``refused`` (an error for input the reference
+finds valid). The parent adds ``crash`` and ``hang``.
+
+The references, per reader: fuzz/oracle.py's validators (written from the documented rules) for
+triplets.json, psg.json, YAML configs and command lines; tifffile for TIFFs; PIL for PNGs; the
+zipfile module and the unbroken workspace's results for ZIP structure; numpy's own .npz reader;
+the pickle module with numpy's own reconstructors (in a forked child, as they trust their input)
+for pickles."""
 
 import contextlib
 import functools
@@ -16,6 +22,7 @@ import os
 import pickle
 import resource
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -23,8 +30,10 @@ import traceback
 import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from fuzz.cases import EVALUATED, HEIGHT, PREDICATES, STUFF, THINGS, WIDTH
-from fuzz.oracle import valid_prediction
+from fuzz.oracle import valid_config, valid_gt, valid_prediction
 
 ADDRESS_SPACE = 3 << 30
 
@@ -42,15 +51,16 @@ def run_case(case, base, folder):
             try:
                 result = _target(case, sgeval, common)
             except (sgeval.SGEvalError, common.ConvertError) as error:
-                if case["reader"] == "pred_json" and _valid_prediction(base["pred.zip"]):
-                    return "refused", "valid by fuzz/oracle.py: " + error.problems[0][:300]
+                valid, sure = _reference_verdict(case, base, sgeval)
+                if valid and sure:
+                    return "refused", "valid by the reference: " + error.problems[0][:300]
                 return "error", error.problems[0][:300]
             except MemoryError:
                 return "memory", traceback.format_exc(limit=-3)[-600:]
             except Exception:  # noqa: BLE001 -- every other exception is what this run looks for
                 return "traceback", traceback.format_exc(limit=-3)[-1200:]
             try:
-                return _oracle(case, base, sgeval)
+                return _oracle(case, base, sgeval, result)
             except MemoryError:
                 return "memory", "in the reference decoder"
             except Exception:  # noqa: BLE001 -- sgeval accepted what its own readers then fail on
@@ -73,7 +83,9 @@ def _target(case, sgeval, common):
         return common.load_pickle("raw.pkl")
     if reader == "npz":
         result = common._load_npz("raw.npz")
-        return [common.field(result, name, "raw.npz", required=False) for name in result.fields]
+        for name in result.fields:
+            common.field(result, name, "raw.npz", required=False)
+        return result
     return sgeval.evaluate(sgeval.load_config("config.yaml"))
 
 
@@ -97,15 +109,215 @@ def _valid_prediction(base_zip):
                             _mask_counts(base_zip))
 
 
-def _oracle(case, base, sgeval):
+def _reference_verdict(case, base, sgeval):
+    """(valid, sure): whether the reference finds the case's input valid, and whether it can say."""
+    reader = case["reader"]
+    if reader == "pred_json":
+        return _valid_prediction(base["pred.zip"]), True
+    if reader == "gt_json":
+        return _valid_gt(base), True
+    if reader == "yaml":
+        return _valid_yaml(sgeval)
+    if reader == "cli":
+        return _valid_argv(case["argv"], sgeval)
+    if reader == "zip":
+        return _same_members(base), True
+    if reader == "npz":
+        arrays = _npz_reference()
+        return arrays is not None and _same_arrays(arrays, _npz_reference(base["raw.npz"])), True
+    return False, False  # pickles: an odd field numpy ignores may be refused (the loader is stricter)
+
+
+def _oracle(case, base, sgeval, result):
     """accepted, or silent when a reference decoder or validator reads the input differently."""
-    if case["reader"] == "pred_json" and not _valid_prediction(base["pred.zip"]):
-        return "silent", "invalid by fuzz/oracle.py, accepted by sgeval"
-    if case["reader"] == "tiff":
+    reader = case["reader"]
+    if reader == "tiff":
         return _same_masks_as_tifffile(case, sgeval)
-    if case["reader"] == "png":
+    if reader == "png":
         return _same_segments_as_pil(case, sgeval)
-    return "accepted", ""
+    if reader == "zip":
+        if not _same_members(base):
+            return "silent", "accepted, but the zipfile module reads other members than the unbroken ZIP's"
+        same = _metrics(result) == _metrics(_base_results(tuple(sorted(base.items())), sgeval))
+        return ("accepted", "") if same else ("silent", "the same members give other metrics")
+    if reader == "npz":
+        reference = _npz_reference()
+        return ("accepted", "") if reference is not None and _same_arrays(result.fields, reference) else \
+            ("silent", "numpy's .npz reader reads other arrays")
+    if reader in ("pickle", "crafted_pickle"):
+        reference = _pickle_reference("raw.pkl")
+        return ("accepted", "") if _same_results([r.fields for r in result], reference) else \
+            ("silent", f"the pickle module with numpy reads {str(reference)[:200]}")
+    valid, sure = _reference_verdict(case, base, sgeval)
+    return ("silent", "invalid by fuzz/oracle.py, accepted by sgeval") if sure and not valid else ("accepted", "")
+
+
+def _metrics(results):
+    """The metrics of a results dict as comparable text (NaN-safe)."""
+    return json.dumps({key: results[key] for key in ("metrics", "images", "protocol_audit")}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _base_results(base_items, sgeval):
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+        for name, data in base_items:
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            Path(name).write_bytes(data)
+        return sgeval.evaluate(sgeval.load_config("config.yaml"))
+
+
+def _same_members(base):
+    """Whether the zipfile module reads the case's pred.zip (CRCs checked) as the unbroken ZIP's
+    members, names and bytes."""
+    try:
+        with zipfile.ZipFile("pred.zip") as archive:
+            names = archive.namelist()
+            members = {name: archive.read(name) for name in names}
+        with zipfile.ZipFile(io.BytesIO(base["pred.zip"])) as archive:
+            expected = {name: archive.read(name) for name in archive.namelist()}
+    except Exception:  # noqa: BLE001 -- any failure of the reference: it cannot read the file
+        return False
+    return len(names) == len(set(names)) and members == expected
+
+
+def _valid_gt(base):
+    try:
+        document = json.loads(Path("gt/psg.json").read_bytes())
+    except (ValueError, RecursionError):
+        return False
+    import sgeval
+    return valid_gt(document, _png_segments(tuple(sorted((k, v) for k, v in base.items() if k.endswith(".png")))),
+                    set(EVALUATED), sgeval.MAX_IMAGE_PIXELS)
+
+
+@functools.lru_cache(maxsize=1)
+def _png_segments(pngs):
+    """{name under gt/panoptic: (set of segment ids, (height, width))} of the unbroken PNGs (PIL)."""
+    from PIL import Image
+    segments = {}
+    for name, data in pngs:
+        with Image.open(io.BytesIO(data)) as png:
+            rgb = np.asarray(png.convert("RGB"), np.int64)
+        ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+        segments[name.split("gt/panoptic/", 1)[-1]] = set(np.unique(ids).tolist()), ids.shape
+    return segments
+
+
+def _valid_yaml(sgeval):
+    import yaml
+    try:
+        values = yaml.safe_load(Path("config.yaml").read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, yaml.YAMLError):
+        return False, True
+    return valid_config(values or {}, _config_fields(sgeval))
+
+
+_CLI_KEYS = {"--k": "k", "--imr-k": "imr_k", "--metrics": "metrics", "--protocol": "protocol",
+             "--protocols": "protocols", "--iou-threshold": "iou_threshold", "--wimr-tau": "wimr_tau",
+             "--absent-predicates": "absent_predicates", "--aggregation": "aggregation", "--workers": "workers",
+             "--output": "output", "--train-gt": "train_gt", "--zeroshot-triplets": "zeroshot_triplets",
+             "--gt": "gt", "--gt-seg": "gt_seg", "--pred": "pred"}
+
+
+def _valid_argv(argv, sgeval):
+    """The command line's options as click converts them (the last of a repeated option wins),
+    judged by valid_config."""
+    values = {}
+    options = [item for item in argv if item != "--quiet"]
+    for option, value in zip(options[::2], options[1::2]):
+        if value.startswith("-"):  # click may read it as an option
+            return False, False
+        try:
+            values[_CLI_KEYS[option]] = (int(value) if option == "--workers" else float(value)
+                                         if option in ("--iou-threshold", "--wimr-tau") else value)
+        except ValueError:  # click's usage error (exit 2)
+            return False, True
+    return valid_config(values, _config_fields(sgeval))
+
+
+def _config_fields(sgeval):
+    return [field.name for field in sgeval.dataclasses.fields(sgeval.Config)]
+
+
+def _npz_reference(data=None):
+    """{name: array} of the case's raw.npz (or of the given bytes) as numpy's own reader reads it, or
+    None when it cannot."""
+    try:
+        with np.load("raw.npz" if data is None else io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except Exception:  # noqa: BLE001 -- any failure of the reference: it cannot read the file
+        return None
+
+
+def _same_arrays(ours, reference):
+    """Whether two {name: value} mappings hold the same values (arrays: dtype, shape and items)."""
+    return ours.keys() == reference.keys() and all(_same(ours[k], reference[k]) for k in ours)
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
+            and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and _same_arrays(a, b)
+    return type(a) is type(b) and (a == b or a != a and b != b)  # NaN equals NaN here
+
+
+def _same_results(ours, reference):
+    """Whether two lists of results (dicts of fields) hold the same values."""
+    if not all(isinstance(r, (list, tuple)) for r in (ours, reference)) or len(ours) != len(reference):
+        return False
+    return all(isinstance(r, dict) and _same_arrays(o if isinstance(o, dict) else o.fields, r)
+               for o, r in zip(ours, reference))
+
+
+def _pickle_reference(path=None, base_pickle=None):
+    """The pickle (a file, or bytes) as the pickle module with numpy's own reconstructors reads it:
+    results as dicts of fields (a Result's state), or None when that fails. It runs in a forked
+    child, as numpy's reconstructors trust their input (they crash on crafted arguments)."""
+    data = Path(path).read_bytes() if path else base_pickle
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read)
+        signal.alarm(10)
+        try:
+            reply = pickle.dumps(_fields_of(_ReferenceUnpickler(io.BytesIO(data)).load()))
+        except BaseException:  # noqa: BLE001 -- the reference cannot read it
+            reply = pickle.dumps(None)
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(reply)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        reply = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return pickle.loads(reply) if status == 0 and reply else None
+
+
+class _ReferenceUnpickler(pickle.Unpickler):
+    """numpy, a few builtins and Result classes (read as a dict of their state); nothing else."""
+
+    def find_class(self, module, name):
+        if module.split(".")[0] in ("numpy", "_codecs", "collections") or module in ("builtins", "__builtin__") \
+                and name in ("bytes", "bytearray", "set", "frozenset", "complex"):
+            return super().find_class(module, name)
+        if name == "Result":
+            return _ReferenceResult
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+class _ReferenceResult:
+    def __setstate__(self, state):
+        self.state = state
+
+
+def _fields_of(value):
+    if isinstance(value, (list, tuple)):
+        return [item.state if isinstance(item, _ReferenceResult) else item for item in value]
+    return value
 
 
 def _same_masks_as_tifffile(case, sgeval):

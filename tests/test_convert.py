@@ -531,6 +531,13 @@ CRAFTED_NUMPY = {  # each once crashed numpy or allocated gigabytes through the 
     "array state larger than its data": WithState(np.ndarray.__reduce__(np.zeros(1))[0], (np.ndarray, (0,), b"b"),
                                                   (1, (10**9,), np.dtype("f8"), False, b"12345678")),
     "array of objects": np.array([1, "x"], object),
+    # fields numpy's reconstructors reject, or read as another type: refused as well (campaign finds)
+    "array state of another version": WithState(np.ndarray.__reduce__(np.zeros(1))[0], (np.ndarray, (0,), b"b"),
+                                                (255, (1,), np.dtype("f8"), False, b"12345678")),
+    "dtype flags of an object dtype": WithState(np.dtype, ("u1", False, True), (3, "|", None, None, None, -1, -1, 155)),
+    "array typecode other than numpy's": WithState(np.ndarray.__reduce__(np.zeros(1))[0], (np.ndarray, (0,), b"k"),
+                                                   (1, (1,), np.dtype("f8"), False, b"12345678")),
+    "structured dtype inside a set": {(False, np.dtype([("a", "f4")]))},
 }
 
 

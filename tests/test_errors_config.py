@@ -21,10 +21,10 @@ def test_config_unknown_key_lists_the_valid_keys(tmp_path):
 
 
 @pytest.mark.parametrize("k", [["0"], ["-5"], ["abc"], ["x0"], ["x-1"], ["xnan"], ["xinf"], ["20.5"], ["x"],
-                               [True]])
+                               [True], ["\u0663"], ["1_0"], ["x1_0"], ["x1e"], ["+5"], ["x1e400"], ["9" * 5000]])
 def test_config_bad_k(tmp_path, k):
     values = perfect_case(tmp_path)
-    only(config_problems({**values, "k": ["20", *k]}), "config", None, "k", str(k[0]))
+    only(config_problems({**values, "k": ["20", *k]}), "config", None, "k", str(k[0])[:50])
 
 
 @pytest.mark.parametrize("k", [[], "", " , "])
@@ -38,7 +38,8 @@ def test_config_bad_protocol(tmp_path, protocol):
     assert "unique" in problem and "multimpo" in problem
 
 
-@pytest.mark.parametrize("workers", [0, -1, "two", None, 1.5, True, sgeval.MAX_WORKERS + 1, 10**9])
+@pytest.mark.parametrize("workers", [0, -1, "two", None, 1.5, True, sgeval.MAX_WORKERS + 1, 10**9, "\u00b2", "\u0663",
+                                     "9" * 5000, "1_0"])
 def test_config_bad_workers(tmp_path, workers):
     only(config_problems({**perfect_case(tmp_path), "workers": workers}), "config", None, "workers")
 
@@ -267,3 +268,27 @@ def test_unwritable_output_is_found_before_the_evaluation(tmp_path, monkeypatch)
     with pytest.raises(sgeval.SGEvalError):
         sgeval.evaluate(sgeval.make_config({**values, "output": str(writable), "gt": str(tmp_path / "none.json")}))
     assert not writable.exists()
+
+
+@pytest.mark.parametrize("k", ["20, x.5", "x1e2", "x10.", " 7 "])
+def test_config_k_spellings(tmp_path, k):
+    """Cut-offs are ASCII integers or x and a decimal number (Python's other number spellings,
+    such as '1_0' or other scripts' digits, are not cut-offs)."""
+    config = sgeval.make_config({**perfect_case(tmp_path), "k": k})
+    assert config.k == {"20, x.5": ("20", "x0.5"), "x1e2": ("x100",), "x10.": ("x10",), " 7 ": ("7",)}[k]
+
+
+def test_an_output_path_with_a_nul_is_a_problem(tmp_path):
+    only(config_problems_of_run({**perfect_case(tmp_path), "output": str(tmp_path / "a\x00b")}), "a\\x00b",
+         None, "cannot write")
+
+
+def config_problems_of_run(values):
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.evaluate(sgeval.make_config(values))
+    return checked(info.value)
+
+
+def test_very_long_problem_lines_are_cut():
+    problem = sgeval.SGEvalError(["x" * 5000]).problems[0]
+    assert len(problem) < 1100 and problem.endswith("(5000 characters)")

@@ -111,9 +111,12 @@ def test_gt_annotations_and_segments_differ_in_length(tmp_path):
     only(problems_of(values), values["gt"], "101", "annotations", "segments_info")
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_gt_nan_or_inf_box_in_box_mode(tmp_path, value):
-    values = perfect_case(tmp_path, mode="box")
+@pytest.mark.parametrize("mode", ["box", "mask"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 10**400], ids=["nan", "inf", "10**400"])
+def test_gt_nan_or_inf_box(tmp_path, value, mode):
+    """A GT bbox is four finite numbers in both modes (an integer beyond the float range once
+    raised OverflowError)."""
+    values = perfect_case(tmp_path, mode=mode)
     edit_gt(values, lambda data: gt_entry(data, "102")["annotations"][0]["bbox"].__setitem__(2, value))
     only(problems_of(values), values["gt"], "102", "bbox")
 
@@ -392,6 +395,14 @@ def test_gt_segment_without_pixels_in_its_png(tmp_path):
     values = perfect_case(tmp_path)
     edit_gt(values, lambda data: gt_entry(data, "101")["segments_info"][0].update(id=123456))
     only(problems_of(values), png_path(values, "101"), "101", "segment id 123456", "segments_info")
+
+
+def test_gt_segment_id_listed_twice(tmp_path):
+    values = perfect_case(tmp_path)
+    edit_gt(values, lambda data: gt_entry(data, "101")["segments_info"][1].update(
+        id=gt_entry(data, "101")["segments_info"][0]["id"]))
+    problems = problems_of(values)
+    assert matching(problems, values["gt"], "101", "segment id twice"), problems
 
 
 @pytest.mark.parametrize("field, names", [("predicate_classes", [["a"], "b", "c", "d"]),

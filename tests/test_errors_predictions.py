@@ -279,7 +279,7 @@ def test_seg_filename_with_dotdot_or_absolute_path(tmp_path, container, name):
 
 
 @pytest.mark.parametrize("mode", ["box", "mask"])
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 10**400], ids=["nan", "inf", "-inf", "huge"])
 def test_nan_or_inf_bbox(tmp_path, mode, value):
     values = perfect_case(tmp_path, mode=mode)
     rewrite_json(values["pred"], lambda data: pred_record(data, "102")["instances"][1]["bbox"].__setitem__(1, value))
@@ -341,8 +341,8 @@ def test_inverted_bbox_is_fine_in_mask_mode(tmp_path):
 # ------------------------------------------------------------------------------ instance scores
 
 
-@pytest.mark.parametrize("score", [float("nan"), float("inf"), "0.9", True, [0.5]],
-                         ids=["nan", "inf", "string", "bool", "list"])
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "0.9", True, [0.5], -10**400],
+                         ids=["nan", "inf", "string", "bool", "list", "huge"])
 @pytest.mark.parametrize("spelling", ["instances", "parallel"])
 def test_pred_bad_score(tmp_path, score, spelling):
     values = perfect_case(tmp_path)

@@ -74,3 +74,59 @@ def test_the_reference_validator_of_triplets_json():
               lambda doc: first(doc)["instances"].pop(), lambda doc: first(doc).update(seg_filename="x.tiff"),
               lambda doc: doc["images"].append(dict(first(doc)))]
     assert not any(valid(edit) for edit in breaks)
+
+
+def test_the_reference_validator_of_psg_json():
+    """fuzz/oracle.py's psg.json rules on the base GT and on one break of each."""
+    import json
+
+    from fuzz import worker
+    from fuzz.cases import EVALUATED
+    from fuzz.oracle import valid_gt
+    base = base_workspace()
+    document = json.loads(base["gt/psg.json"])
+    pngs = worker._png_segments(tuple(sorted((k, v) for k, v in base.items() if k.endswith(".png"))))
+
+    def valid(edit=None):
+        copy = json.loads(json.dumps(document))
+        if edit:
+            edit(copy)
+        return valid_gt(copy, pngs, set(EVALUATED), 1 << 26)
+
+    entry = lambda doc, index=0: doc["data"][index]  # noqa: E731
+    assert valid() and valid(lambda doc: entry(doc).update(extra=1))
+    assert valid(lambda doc: entry(doc, 3).pop("annotations"))  # a training entry needs segments and relations only
+    breaks = [lambda doc: doc.pop("stuff_classes"), lambda doc: doc["predicate_classes"].append("on"),
+              lambda doc: entry(doc).update(height=True), lambda doc: entry(doc).update(width=0),
+              lambda doc: entry(doc).update(relations=[[]]), lambda doc: entry(doc).update(relations=None),
+              lambda doc: entry(doc)["relations"].append([0, 9, 0]),
+              lambda doc: entry(doc)["segments_info"][0].update(category_id=1.0),
+              lambda doc: entry(doc)["annotations"][0].update(bbox=[0, 0, 1, float("nan")]),
+              lambda doc: entry(doc)["annotations"].pop(),
+              lambda doc: entry(doc)["segments_info"][1].update(id=entry(doc)["segments_info"][0]["id"]),
+              lambda doc: entry(doc)["segments_info"][0].update(id=123456),
+              lambda doc: entry(doc).update(pan_seg_file_name="none.png"),
+              lambda doc: entry(doc).update(height=10**5, width=10**5),
+              lambda doc: entry(doc, 3)["relations"].append([0, 1, 7]),
+              lambda doc: doc["data"].append(dict(entry(doc))), lambda doc: doc["test_image_ids"].append("999")]
+    assert not any(valid(edit) for edit in breaks)
+
+
+def test_the_reference_validator_of_configs(tmp_path, monkeypatch):
+    """fuzz/oracle.py's config rules (YAML values or command-line options) in a workspace."""
+    import sgeval
+    from fuzz.oracle import valid_config
+    monkeypatch.chdir(tmp_path)
+    for name in ("gt/psg.json", "pred.zip", "gt/panoptic/x.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    fields = [field.name for field in sgeval.dataclasses.fields(sgeval.Config)]
+    base = {"gt": "gt/psg.json", "gt_seg": "gt/panoptic", "pred": "pred.zip", "k": [1, 20, "x1"], "workers": 1}
+    verdict = lambda **edit: valid_config({**base, **edit}, fields)  # noqa: E731
+    assert verdict() == (True, True) and verdict(k="20, x.5", workers=" 2 ", gt_seg=None) == (True, True)
+    assert verdict(output="r.json") == (True, False) and verdict(train_gt="gt/psg.json") == (True, False)
+    for edit in [{"k": ["\u0663"]}, {"k": "1_0"}, {"k": "x1e400"}, {"k": []}, {"imr_k": "x10"}, {"workers": 65},
+                 {"workers": True}, {"workers": "\u00b2"}, {"iou_threshold": 0}, {"protocol": "UNIQUE"},
+                 {"metrics": ["R", "bogus"]}, {"audit": "yes"}, {"kk": 1}, {"gt": ""}, {"pred": "none.zip"},
+                 {"gt_seg": "none"}, {"k": {"a": 1}}, {"train_gt": "none.json"}]:
+        assert verdict(**edit) == (False, True), edit

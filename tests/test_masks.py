@@ -569,10 +569,9 @@ def test_strips_that_inflate_to_other_sizes(dtype):
     np.testing.assert_array_equal(read_tiff(data, 1, 10, 16), sgeval.pack_masks(masks))  # unpatched: fine
 
 
-@pytest.mark.xfail(strict=True, reason="tifffile decodes a page whose strip tags it cannot read as zeros (it "
-                                       "only logs an error), and the fallback reader takes that as an empty "
-                                       "mask")
 def test_truncated_strip_tags_of_an_lzw_file_are_a_problem():
+    """tifffile decodes a page whose strip tags it cannot read as zeros (it only logs an error):
+    every page's strips are checked to be there before any is decoded."""
     masks = np.random.default_rng(1).random((4, 9, 16)) < 0.4
     data = tiff_bytes(masks, compression="lzw", rowsperstrip=2)
     with tifffile.TiffFile(io.BytesIO(data)) as tiff:
@@ -580,10 +579,29 @@ def test_truncated_strip_tags_of_an_lzw_file_are_a_problem():
     assert isinstance(read_tiff(data[:cut], 4, 9, 16), str)
 
 
-def test_a_page_of_the_wrong_size_is_not_decoded(monkeypatch):
-    """The size of a page is compared with the GT image's before tifffile decodes it."""
-    data = tiff_bytes(np.ones((2, 9, 16), np.uint8), compression="lzw")
-    data = patched(data, 1, "ImageLength", [9000])
+@pytest.mark.parametrize("options", [{"compression": "lzw", "rowsperstrip": 2}, {"tile": (16, 16)},
+                                     {"compression": "zstd", "rowsperstrip": 4}], ids=["lzw", "tiles", "zstd"])
+def test_missing_strips_of_pages_tifffile_decodes_are_a_problem(options):
+    """Layouts tifffile decodes: a segment of no bytes, one past the end of the file or longer than
+    it would be decoded as zeros; one problem each, naming the page."""
+    values = (np.random.default_rng(3).random((3, 32, 16)) < 0.5).astype(np.uint8)
+    data = tiff_bytes(values, **options)
+    with tifffile.TiffFile(io.BytesIO(data)) as tiff:
+        tags = ("TileOffsets", "TileByteCounts") if tiff.pages[0].is_tiled else ("StripOffsets", "StripByteCounts")
+        offsets, counts = list(tiff.pages[2].dataoffsets), list(tiff.pages[2].databytecounts)
+    np.testing.assert_array_equal(read_tiff(data, 3, 32, 16), sgeval.pack_masks(values))  # unpatched: fine
+    for tag, values in ((tags[1], [0] + counts[1:]), (tags[0], offsets[:-1] + [len(data)]),
+                        (tags[1], counts[:-1] + [len(data)])):
+        assert "page 2: its" in read_tiff(patched(data, 2, tag, values), 3, 32, 16), (tag, values)
+
+
+@pytest.mark.parametrize("options", [{"compression": "lzw"}, {"compression": "lzw", "tile": (16, 16)}],
+                         ids=["strips", "tiles"])
+def test_a_page_of_the_wrong_size_is_not_decoded(monkeypatch, options):
+    """The size of a page is compared with the GT image's before tifffile decodes it (a small tiled
+    page claiming 20000 x 20000 once allocated that first)."""
+    data = tiff_bytes(np.ones((2, 16, 16), np.uint8), **options)
+    data = patched(patched(data, 1, "ImageLength", [20000]), 1, "ImageWidth", [20000])
     decoded = []
     real = tifffile.TiffPage.asarray
 
@@ -592,8 +610,8 @@ def test_a_page_of_the_wrong_size_is_not_decoded(monkeypatch):
         return real(page, *args, **kwargs)
 
     monkeypatch.setattr(tifffile.TiffPage, "asarray", spy)
-    assert "size" in read_tiff(data, 2, 9, 16)
-    assert (9000, 16) not in decoded
+    assert "size" in read_tiff(data, 2, 16, 16)
+    assert (20000, 20000) not in decoded
 
 
 @pytest.mark.parametrize("dtype", ["bool", "uint8"])
