@@ -33,8 +33,9 @@ Ground truth (OpenPSG ``psg.json``)
 ``data[i]`` holds ``image_id``, ``height``, ``width``, ``pan_seg_file_name``, ``segments_info``,
 ``annotations`` (xyxy boxes, same order as ``segments_info``) and ``relations`` ``[[s, o, p]]``.
 Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in ``test_image_ids``
-with at least one relation. Mask mode when ``gt_seg`` (the panoptic PNG root) is given, box mode
-otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
+with at least one relation; of the other entries (the training split) only ``segments_info``
+category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
+box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
 
 Predictions (SGBench v1 format, read compatibly)
 ------------------------------------------------

@@ -87,7 +87,8 @@ def _distinct_names(names):
 def _entry_problem(entry, n_objects, n_predicates, training):
     """Whether a data entry breaks a rule (training entries: only their segments and relations)."""
     segments, relations = entry.get("segments_info"), entry.get("relations")
-    if not _objects(segments, "id", "category_id") or not _rows(relations, (2 ** 63,) * 3):
+    if not _objects(segments, *(("category_id",) if training else ("id", "category_id"))) \
+            or not _rows(relations, (2 ** 63,) * 3):
         return True
     n_segments = len(segments)
     if not all(0 <= s["category_id"] < n_objects for s in segments) or not _rows(

@@ -186,8 +186,14 @@ def _valid_gt(base):
     except (ValueError, RecursionError):
         return False
     import sgeval
-    return valid_gt(document, _png_segments(tuple(sorted((k, v) for k, v in base.items() if k.endswith(".png")))),
-                    set(EVALUATED), sgeval.MAX_IMAGE_PIXELS)
+    if not valid_gt(document, _png_segments(tuple(sorted((k, v) for k, v in base.items() if k.endswith(".png")))),
+                    set(EVALUATED), sgeval.MAX_IMAGE_PIXELS):
+        return False
+    with zipfile.ZipFile(io.BytesIO(base["pred.zip"])) as archive:  # the unbroken prediction, in the new vocabulary
+        prediction, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
+    objects = document["thing_classes"] + document["stuff_classes"]
+    return valid_prediction(prediction, len(objects), len(document["predicate_classes"]), members, set(EVALUATED),
+                            _mask_counts(base["pred.zip"]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -222,11 +228,14 @@ _CLI_KEYS = {"--k": "k", "--imr-k": "imr_k", "--metrics": "metrics", "--protocol
 def _valid_argv(argv, sgeval):
     """The command line's options as click converts them (the last of a repeated option wins),
     judged by valid_config."""
-    values = {}
+    given = {}
     options = [item for item in argv if item != "--quiet"]
     for option, value in zip(options[::2], options[1::2]):
         if value.startswith("-"):  # click may read it as an option
             return False, False
+        given[option] = value
+    values = {}
+    for option, value in given.items():  # click converts the last value of an option only
         try:
             values[_CLI_KEYS[option]] = (int(value) if option == "--workers" else float(value)
                                          if option in ("--iou-threshold", "--wimr-tau") else value)
