@@ -13,6 +13,8 @@
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>
 #   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
 #                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
+#   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
+#                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make fuzz               a campaign of generated bad inputs against every reader (FUZZ_S=600 seconds; fuzz/)
 #   make clean / distclean  remove generated files / also .venv
 
@@ -24,7 +26,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data test eval bench fuzz clean distclean
+.PHONY: setup demo demo-data test eval bench bench-convert fuzz clean distclean
 
 setup: $(STAMP)
 
@@ -77,6 +79,11 @@ QUICK ?=
 WORKLOAD ?= both
 bench: $(STAMP)
 	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick)
+
+# Converting a generated Pair-Net-like results pickle of GB gigabytes (1 and 30 by default) with 1 and 2 workers.
+GB ?= 1,30
+bench-convert: $(STAMP)
+	$(PY) -m bench.convert_bench --gb $(GB)
 
 clean:
 	rm -rf $(DEMO) demo/results.json .pytest_cache

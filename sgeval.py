@@ -146,7 +146,9 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import typing
 import zipfile
@@ -1133,9 +1135,10 @@ def write_predictions(path, images, extra_members=None, kind=None):
     ``path`` ending in ``.zip`` -> a ZIP of <id>.tiff and triplets.json; ``.json`` -> one JSON
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
-    ``triplets``, optional ``ng_triplets`` and optional ``masks`` ((P, H, W) bool or uint8). Each
-    image's masks are written as it comes (triplets.json last), so an iterator keeps one image in
-    memory. ``extra_members``: {name: bytes} added beside triplets.json. Same input, same bytes.
+    ``triplets``, optional ``ng_triplets`` and optional ``masks`` ((P, H, W) bool or uint8) or
+    ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
+    (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
+    bytes} added beside triplets.json. Same input, same bytes.
     """
     path = str(path)
     kind = kind or ("zip" if path.endswith(".zip") else "json" if path.endswith(".json") else "dir")
@@ -1143,31 +1146,35 @@ def write_predictions(path, images, extra_members=None, kind=None):
     if kind == "dir":
         os.makedirs(path, exist_ok=True)
 
-    def put(name, data, compress=zipfile.ZIP_STORED):  # TIFF pages are compressed already
-        if archive is not None:
-            archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, compress_type=compress)
-        else:
-            Path(path, name).write_bytes(data)
+    def put(name, data, compress=zipfile.ZIP_STORED):  # data: bytes or a binary file; TIFFs are compressed already
+        data = io.BytesIO(data) if isinstance(data, bytes) else data
+        size, _ = data.seek(0, os.SEEK_END), data.seek(0)
+        if archive is None:
+            with open(path if kind == "json" else Path(path, name), "wb") as target:
+                shutil.copyfileobj(data, target)
+            return
+        info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
+        info.compress_type, info.file_size = compress, size
+        with archive.open(info, "w") as target:
+            shutil.copyfileobj(data, target)
 
     try:
-        records = []
-        for image in images:
-            record = {"id": image["id"], "instances": image["instances"],
-                      "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
-            if image.get("ng_triplets") is not None:
-                record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
-            masks = image.get("masks")
-            if masks is not None and len(masks):
-                if kind == "json":
-                    raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
-                record["seg_filename"] = f"{image['id']}.tiff"
-                put(record["seg_filename"], encode_masks(masks))
-            records.append(record)
-        payload = json.dumps({"version": 1, "images": records}).encode()
-        if kind == "json":
-            Path(path).write_bytes(payload)
-        else:
-            for name, data in {"triplets.json": payload, **(extra_members or {})}.items():
+        with tempfile.TemporaryFile() as spool:  # triplets.json, record by record: memory holds one
+            spool.write(b'{"version": 1, "images": [')
+            for index, image in enumerate(images):
+                record = {"id": image["id"], "instances": image["instances"],
+                          "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
+                if image.get("ng_triplets") is not None:
+                    record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
+                masks, tiff = image.get("masks"), image.get("tiff")
+                if tiff is not None or masks is not None and len(masks):
+                    if kind == "json":
+                        raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
+                    record["seg_filename"] = f"{image['id']}.tiff"
+                    put(record["seg_filename"], encode_masks(masks) if tiff is None else tiff)
+                spool.write((", " * bool(index) + json.dumps(record)).encode())
+            spool.write(b"]}")
+            for name, data in {"triplets.json": spool, **(extra_members or {} if kind != "json" else {})}.items():
                 put(name, data, zipfile.ZIP_DEFLATED)
     finally:
         if archive is not None:
@@ -2100,15 +2107,16 @@ def main(config_path, quiet, compare_protocols, **options):
 
 
 def run_cli(work, label, quiet=False):
-    """Run work(progress) for a command line: a progress bar on stderr (none when quiet); on bad
-    input one ``error:`` line per problem on stderr and exit code 1. Returns work's result."""
+    """Run work(progress) for a command line: a progress bar on stderr (none when quiet) that
+    progress(done, total, status=None) advances by one, status shown beside it; on bad input one
+    ``error:`` line per problem on stderr and exit code 1. Returns work's result."""
     bar = None
 
-    def progress(done, total):
+    def progress(done, total, status=None):
         nonlocal bar
         if bar is None:
-            bar = click.progressbar(length=total, label=label, file=sys.stderr)
-        bar.update(1)
+            bar = click.progressbar(length=total, label=label, file=sys.stderr, item_show_func=lambda text: text)
+        bar.update(1, status)
 
     try:
         return work(None if quiet else progress)

@@ -38,7 +38,7 @@ import sgeval
 from convert import common
 
 FAMILIES = {"openpsg": "convert.openpsg", "hilo": "convert.hilo", "pairnet": "convert.pairnet"}
-NOT_OPTIONS = ("raw", "out", "gt", "progress")  # convert() parameters that are not conversion options
+NOT_OPTIONS = ("raw", "out", "gt", "progress", "workers")  # convert() parameters that do not change the output
 RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 
 
@@ -136,7 +136,7 @@ def stale_reason(pred, raw, gt, family, options):
     return f"{pred} was converted with another {' and '.join(changed)}" if changed else None
 
 
-def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=None, recipe=None):
+def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=None, recipe=None, workers=1):
     """Convert when needed; returns (message, summary or None)."""
     found = plan(config_path, raw, gt, pred, recipe)
     if found is None:
@@ -149,7 +149,7 @@ def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=Non
     reason = "--force" if force else stale_reason(found.pred, found.raw, found.gt, found.family, found.options)
     if reason is None:
         return f"{found.pred} is up to date (converted from {found.raw})", None
-    summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, **found.options)
+    summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, workers=workers, **found.options)
     return f"converting {found.raw} -> {found.pred} ({reason})", summary
 
 
@@ -163,11 +163,13 @@ def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=Non
 @click.option("--gt", help="OpenPSG psg.json (overrides the config's gt).")
 @click.option("--pred", help="Converted output .zip (overrides the config's pred).")
 @click.option("--force", is_flag=True, help="Convert even when the output is up to date.")
+@click.option("--workers", type=click.IntRange(1, sgeval.MAX_WORKERS), default=1, show_default=True,
+              help="Processes converting images and encoding their masks (same output for any number).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, recipe, raw, gt, pred, force, quiet):
+def main(config_path, recipe, raw, gt, pred, force, workers, quiet):
     """Convert the raw model output of a config's conversion recipe, if the converted file is missing or stale."""
     message, summary = sgeval.run_cli(
-        lambda progress: prepare(config_path, raw, gt, pred, force, progress, recipe), "converting", quiet)
+        lambda progress: prepare(config_path, raw, gt, pred, force, progress, recipe, workers), "converting", quiet)
     click.echo(message, err=True)
     if summary is not None:
         click.echo(common.describe(summary), err=True)

@@ -7,8 +7,8 @@ Raw outputs
 OpenPSG-derived code (``tools/test.py --out results.pkl``) pickles a list with one ``Result`` per
 evaluated test image, aligned by position with the ``psg.json`` ``data`` entries whose ``image_id``
 is in ``test_image_ids`` and that have at least one relation (2,177 on PSG). No image ids are
-stored, so the two counts must agree. Large outputs may instead be a directory of
-``0.npz ... N-1.npz`` (one per image, the same field names), read one file at a time.
+stored, so the two counts must agree. A raw output may instead be a directory of ``0.npz ...
+N-1.npz`` or ``0.pkl ... N-1.pkl`` (one result per file, the same field names).
 
 Fields used (N instances, R relation rows, C predicates, H x W the GT image size)::
 
@@ -28,6 +28,12 @@ converter needs it). Any other global is refused with an error naming it: no cod
 numpy data is rebuilt by ``np.frombuffer`` from bytes that match its shape, plain numeric dtypes
 only (never by numpy's reconstructors, which trust their arguments); ``bytes(n)`` is refused. An
 .npz array's size is read from its header and checked (``MAX_NPZ_BYTES``) before it is loaded.
+
+A pickle is streamed (``RestrictedUnpickler.items``): each result is handed out as soon as it is
+complete and the memo entries holding its data are released, so memory holds a few images
+whatever the pickle's size; large strings and bytes (over ``LAZY_BYTES``) are left in the file as
+``_Payload`` positions and read by the process that converts the image (``load_source``).
+``convert_all`` converts and encodes images in ``workers`` processes, in order.
 
 Per-image rules (``convert_image``; each family picks the ``Rules``, see convert/README.md)
 ------------------------------------------------------------------------------------------
@@ -58,9 +64,13 @@ import dataclasses
 import json
 import logging
 import math
+import multiprocessing
 import os
 import pickle
+import struct
+import sys
 import time
+import typing
 from pathlib import Path
 
 import click
@@ -92,6 +102,8 @@ class RawResult:
     """One image's raw result: the fields of a pickled ``Result`` or the arrays of an .npz, kept in
     a dict of their own (a field named like a method does not shadow it)."""
 
+    built = False  # unpickled: its state has been set (nothing later in the pickle changes it)
+
     def __init__(self, fields=None, **more):
         self.fields = {**(fields or {}), **more}
 
@@ -99,6 +111,7 @@ class RawResult:
         if not isinstance(state, dict):
             raise pickle.UnpicklingError("a Result's state must map field names to values")
         self.__dict__.setdefault("fields", {}).update(state)
+        self.built = True
 
     def get(self, name):
         return self.fields.get(name)
@@ -108,6 +121,9 @@ class RawResult:
             return self.__dict__["fields"][name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def __reduce__(self):  # to a worker process
+        return RawResult, (self.fields,)
 
 
 class TorchObject:
@@ -170,18 +186,75 @@ class _DType:
 
 
 def _numpy_array(raw, dtype, shape, order="C"):
-    """An array of the given bytes, dtype (_DType) and shape, checked before numpy sees them."""
+    """An array of the given bytes, dtype (_DType) and shape, checked before numpy sees them; for a
+    _Payload not read yet, a _LazyArray (checked again when it is read)."""
     if not isinstance(dtype, _DType):
         raise _Refused("numpy data without a dtype")
     dtype = dtype.real()
     if isinstance(raw, pickle.PickleBuffer):
         raw = raw.raw()
-    if not isinstance(raw, (bytes, bytearray, memoryview)):
+    if not isinstance(raw, (bytes, bytearray, memoryview, _Payload)):
         raise _Refused("a numpy array of Python objects")
+    sizes = raw.decoded_sizes() if isinstance(raw, _Payload) else (len(raw),)
     if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)) \
-            or math.prod(shape) * dtype.itemsize != len(raw):
+            or math.prod(shape) * dtype.itemsize not in sizes:
         raise _Refused(f"a numpy array of shape {shape!r} whose data is {len(raw)} bytes")
-    return np.frombuffer(raw, dtype).reshape(shape, order="F" if order == "F" else "C").copy()
+    if isinstance(raw, _Payload):
+        return _LazyArray(raw, dtype, shape, order)
+    return np.frombuffer(raw, dtype).reshape(shape, order="F" if order == "F" else "C")  # read-only when raw is bytes
+
+
+class _Payload:
+    """The bytes of a large string or bytes object in a pickle file, not read yet: ``size`` bytes
+    at ``offset`` of ``path``. ``utf8``: a string's UTF-8 bytes, which stand for bytes encoded as
+    latin-1 (how protocol 2 pickles bytes); read() gives the bytes they stand for."""
+
+    __slots__ = ("path", "offset", "size", "utf8")
+
+    def __init__(self, path, offset, size, utf8):
+        self.path, self.offset, self.size, self.utf8 = path, offset, size, utf8
+
+    def __len__(self):
+        return self.size
+
+    def decoded_sizes(self):
+        """The lengths read() can give: UTF-8 takes 1 or 2 bytes per latin-1 character."""
+        return range((self.size + 1) // 2, self.size + 1) if self.utf8 else range(self.size, self.size + 1)
+
+    def read(self):
+        with open(self.path, "rb") as handle:
+            data = os.pread(handle.fileno(), self.size, self.offset)
+        if len(data) < self.size:
+            raise ValueError(f"the pickle ends inside a {self.size}-byte value at byte {self.offset}")
+        return data if not self.utf8 or data.isascii() else str(data, "utf-8", "surrogatepass").encode("latin-1")
+
+
+class _LazyArray(typing.NamedTuple):
+    """A numpy array whose data is a _Payload: read by materialize() (in a worker process)."""
+
+    payload: _Payload
+    dtype: np.dtype
+    shape: tuple
+    order: str
+
+    def read(self):
+        data = self.payload.read()
+        if len(data) != math.prod(self.shape) * self.dtype.itemsize:
+            raise _Refused(f"a numpy array of shape {self.shape!r} whose data is {len(data)} bytes")
+        return np.frombuffer(data, self.dtype).reshape(self.shape, order="F" if self.order == "F" else "C")
+
+
+def materialize(value):
+    """value with every _LazyArray read (in lists, tuples, dicts and RawResult fields)."""
+    if isinstance(value, _LazyArray):
+        return value.read()
+    if isinstance(value, RawResult):
+        return RawResult(materialize(value.fields))
+    if type(value) in (list, tuple):
+        return type(value)(map(materialize, value))
+    if isinstance(value, dict):
+        return {key: materialize(item) for key, item in value.items()}
+    return value
 
 
 class _Array:
@@ -249,10 +322,10 @@ def _real_arrays(value):
 
 def _latin1(text, encoding="latin1"):
     """``_codecs.encode`` as protocol-2 pickles use it for bytes objects: latin-1 only."""
-    if not isinstance(text, str) or str(encoding).lower().replace("-", "").replace("_", "") not in (
-            "latin1", "iso88591"):
+    if not isinstance(text, str) and not (isinstance(text, _Payload) and text.utf8) \
+            or str(encoding).lower().replace("-", "").replace("_", "") not in ("latin1", "iso88591"):
         raise _Refused(f"_codecs.encode with encoding {encoding!r}")
-    return text.encode("latin-1")
+    return text if isinstance(text, _Payload) else text.encode("latin-1")
 
 
 ALLOWED_GLOBALS = {
@@ -274,8 +347,86 @@ ALLOWED_GLOBALS = {
 }
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """Provides only ALLOWED_GLOBALS and inert torch stand-ins; refuses everything else."""
+def _large(value):
+    """Whether a memo value holds data of one result, released after it: anything over 1 KiB (or
+    left in the file) and every non-empty container. Kept: globals, dtypes, field names and tiny
+    constants (an empty array) that later results may refer back to."""
+    if isinstance(value, _Array):
+        value = value.array
+    if isinstance(value, (_Payload, _LazyArray)) or value is None:
+        return True
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value) > 1024
+    if isinstance(value, np.ndarray):
+        return value.nbytes > 1024
+    if isinstance(value, tuple):
+        return any(map(_large, value))
+    return isinstance(value, RawResult) or isinstance(value, (dict, list, set, frozenset)) and len(value) > 0
+
+
+LAZY_BYTES = 1 << 20  # strings and bytes this large are left in the file by a lazy reader (read by workers)
+
+
+def _payload_loader(size_format, utf8):
+    """pickle's BINUNICODE / BINUNICODE8 (utf8) or BINBYTES / BINBYTES8: a size, then the data. A
+    lazy reader leaves large data outside protocol 4's frames in the file (a _Payload)."""
+    size_bytes = struct.calcsize(size_format)
+
+    def load(self):
+        (size,) = struct.unpack(size_format, self.read(size_bytes))
+        if size > sys.maxsize:
+            raise pickle.UnpicklingError("a value longer than this machine can hold")
+        if self.lazy_path is None or size <= LAZY_BYTES or not self.outside_frames():
+            data = self.read(size)
+            self.append(str(data, "utf-8", "surrogatepass") if utf8 else data)
+            return
+        offset = self.handle.tell()
+        if offset + size > os.fstat(self.handle.fileno()).st_size:
+            raise EOFError(f"the pickle ends inside a {size}-byte value at byte {offset}")
+        self.handle.seek(size, os.SEEK_CUR)
+        self.append(_Payload(self.lazy_path, offset, size, utf8))
+    return load
+
+
+_RELEASED = object()  # a memo entry whose data was released (kept as an entry: protocol 4 numbers them by count)
+
+
+def _checked_get(load):
+    """A memo-reading opcode that refuses a released entry."""
+    def get(self):
+        load(self)
+        if self.stack[-1] is _RELEASED:
+            raise pickle.UnpicklingError("a result refers back to data (over 1 KiB) of an earlier one: results "
+                                         "that share data cannot be streamed")
+    return get
+
+
+class RestrictedUnpickler(pickle._Unpickler):
+    """pickle's own unpickler (its Python implementation, which lets the items of a list be taken
+    as they are read) with only ALLOWED_GLOBALS and inert torch stand-ins; refuses everything else."""
+
+    dispatch = {**pickle._Unpickler.dispatch,
+                **{code[0]: _checked_get(pickle._Unpickler.dispatch[code[0]])
+                   for code in (pickle.GET, pickle.BINGET, pickle.LONG_BINGET)},
+                **{code[0]: _payload_loader(size_format, utf8) for code, size_format, utf8 in (
+                    (pickle.BINUNICODE, "<I", True), (pickle.BINUNICODE8, "<Q", True),
+                    (pickle.BINBYTES, "<I", False), (pickle.BINBYTES8, "<Q", False))}}
+
+    def __init__(self, handle, lazy_path=None):
+        """lazy_path: the path of handle's file; large data is then left there (see _Payload)."""
+        super().__init__(handle)
+        self.handle, self.lazy_path = handle, lazy_path
+
+    def outside_frames(self):
+        """Whether the next bytes come straight from the file (not from a protocol 4 frame)."""
+        frame = self._unframer.current_frame
+        if frame is not None:
+            position = frame.tell()
+            if position == frame.seek(0, os.SEEK_END):
+                self._unframer.current_frame = frame = None  # used up
+            else:
+                frame.seek(position)
+        return frame is None
 
     def find_class(self, module, name):
         found = ALLOWED_GLOBALS.get((module, name))
@@ -288,70 +439,173 @@ class RestrictedUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         raise _Refused("a persistent id (a torch.save file?)")
 
+    def items(self):
+        """The items of the pickled top-level list, each as soon as it is complete, with its numpy
+        data made real; the memo entries holding its data are released then, so memory holds about
+        one item whatever the pickle's size. A Result is complete once its state is set; an item of
+        another type (a dict) when the list appends it (pickle appends in batches of 1,000)."""
+        self._unframer = pickle._Unframer(self._file_read, self._file_readline)
+        self.read, self.readinto, self.readline = self._unframer.read, self._unframer.readinto, self._unframer.readline
+        self.metastack, self.stack, self.proto = [], [], 0
+        self.append, top = self.stack.append, None
+        while True:
+            key = self.read(1)
+            if not key:
+                raise EOFError("the pickle ends before its STOP")
+            try:
+                self.dispatch[key[0]](self)
+            except pickle._Stop as stop:
+                if stop.value is not top:
+                    raise _NotAList(type(stop.value).__name__) from None
+                yield from self._release(top, len(top))
+                return
+            outer = self.metastack[0] if self.metastack else self.stack
+            if top is None and outer:  # the first object: the list (or a global that will make it)
+                if type(outer[0]) is list:
+                    top = outer[0]
+                elif not callable(outer[0]):
+                    raise _NotAList(type(outer[0]).__name__)
+            complete = len(top) if top else 0  # appended by APPEND(S)
+            yield from self._release(top, complete)
+            if self.metastack and self.metastack[0] == [top]:  # items between MARK and APPENDS
+                pending = self.stack if len(self.metastack) == 1 else self.metastack[1]
+                built = next((n for n, item in enumerate(pending) if not getattr(item, "built", False)), len(pending))
+                yield from self._release(pending, built)
 
-def load_pickle(path):
-    """The list of RawResult in a pickle; ConvertError for refused globals or unreadable data."""
+    def _release(self, holder, count):
+        """Take the first count items out of holder (a list), yield them, release their memo data."""
+        if count <= 0:
+            return
+        taken = holder[:count]
+        del holder[:count]
+        for item in taken:
+            yield _real_arrays(item)
+        for key, value in self.memo.items():
+            if _large(value) and value is not holder:
+                self.memo[key] = _RELEASED
+
+
+class _NotAList(Exception):
+    """The pickle's top-level object is not a list."""
+
+
+def iter_pickle(path, position=None, lazy=False):
+    """The results in a pickle of a list, one RawResult at a time (see RestrictedUnpickler.items);
+    ConvertError for refused globals or unreadable data, naming the result reached. position: an
+    optional one-element list that receives the bytes passed after each result. lazy: large arrays
+    stay in the file as _LazyArray (materialize() reads them, in another process if wanted)."""
+    reached = 0
     try:
         with open(path, "rb") as handle:
-            data = _real_arrays(RestrictedUnpickler(handle).load())
+            for item in RestrictedUnpickler(handle, str(path) if lazy else None).items():
+                if position is not None:
+                    position[0] = handle.tell()
+                yield _as_result(item, path, reached)
+                reached += 1
     except _Refused as refused:
         raise ConvertError([
-            f"{path}: refusing to load the pickle: it refers to {refused}, which is neither numpy "
-            f"data, a Result ({', '.join(RESULT_CLASSES)}) nor a torch tensor; only data, never code, "
+            f"{path}: result {reached}: refusing to load the pickle: it refers to {refused}, which is neither "
+            f"numpy data, a Result ({', '.join(RESULT_CLASSES)}) nor a torch tensor; only data, never code, "
             f"is read from a pickle"]) from None
+    except _NotAList as not_list:
+        raise ConvertError([f"{path}: the pickle holds a {not_list}; expected a list with one Result per "
+                            f"evaluated image"]) from None
     except OSError as error:
         raise ConvertError([f"{path}: cannot read: {error}"]) from None
+    except ConvertError:
+        raise
     except Exception as error:  # corrupt or truncated pickles raise many exception types
-        raise ConvertError([f"{path}: cannot read the pickle: {type(error).__name__}: {error}"]) from None
-    if not isinstance(data, (list, tuple)):
-        raise ConvertError([f"{path}: the pickle holds a {type(data).__name__}; expected a list with "
-                            f"one Result per evaluated image"])
-    results, problems = [], []
-    for index, item in enumerate(data):
-        if isinstance(item, dict) and all(isinstance(key, str) for key in item):
-            item = RawResult(item)
-        if not isinstance(item, RawResult):
-            problems.append(f"{path}: result {index} is a {type(item).__name__}, not a Result")
-        results.append(item)
-    if problems:
-        raise ConvertError(problems)
-    return results
+        raise ConvertError([f"{path}: cannot read the pickle at result {reached} (counting from 0; the ones "
+                            f"before it were read): {type(error).__name__}: {error}"]) from None
+
+
+def _as_result(item, path, index):
+    if isinstance(item, dict) and all(isinstance(key, str) for key in item):
+        item = RawResult(item)
+    if not isinstance(item, RawResult):
+        raise ConvertError([f"{path}: result {index} is a {type(item).__name__}, not a Result"])
+    return item
+
+
+def load_pickle(path):
+    """The list of RawResult in a pickle, all at once (iter_pickle streams them)."""
+    return list(iter_pickle(path))
 
 
 # ---------------------------------------------------------------------------------------------
-# Raw readers: (count, loaders), one zero-argument loader per image
+# Raw readers: one zero-argument loader per image
 # ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RawInput:
+    """A raw output being read: ``sources`` yields one source per image, a RawResult whose large
+    arrays may still be in the pickle file, or the path of a per-image file (load_source makes
+    either a RawResult, in a worker process if wanted); ``count`` is the number of images when known
+    before reading (None for a pickle); ``bytes_read()`` how much has been passed so far."""
+
+    count: int | None
+    sources: object
+    bytes_read: object
 
 
 def open_raw(path):
-    """A pickle file or a directory of 0.npz ... N-1.npz -> (N, iterator of loaders). Calling a
-    loader returns that image's RawResult (or raises ConvertError), so one bad file is one problem."""
+    """A pickle of a list of results, or a directory of 0.npz ... N-1.npz or 0.pkl ... N-1.pkl (one
+    result each) -> RawInput. A pickle is streamed: an unreadable part ends the pass (ConvertError
+    from the iteration); a bad per-image file is one problem of that image (from load_source)."""
     if os.path.isdir(path):
-        return _open_npz_dir(path)
+        return _open_dir(path)
     if not os.path.isfile(path):
         raise ConvertError([f"{path}: no such file or directory"])
-    results = load_pickle(path)
-    return len(results), (_taker(results, index) for index in range(len(results)))
+    position = [0]
+    return RawInput(None, iter_pickle(path, position, lazy=True), lambda: position[0])
 
 
-def _taker(results, index):
-    def take():
-        item, results[index] = results[index], None  # release each result once it is converted
-        return item
-    return take
+def load_source(source, where):
+    """A RawInput source -> its RawResult, every array read; ConvertError naming the file (where:
+    the image's file and result index)."""
+    if isinstance(source, RawResult):
+        try:
+            return materialize(source)
+        except (OSError, ValueError, _Refused) as error:
+            raise ConvertError([f"{where}: cannot read its data from the pickle: {error}"]) from None
+    return _load_npz(source) if source.endswith(".npz") else _load_one_pickle(source)
 
 
-def _open_npz_dir(path):
-    names = {entry.name for entry in os.scandir(path) if entry.name.endswith(".npz")}
-    expected = {f"{index}.npz" for index in range(len(names))}
+def _open_dir(path):
+    names = {entry.name for entry in os.scandir(path) if entry.name.endswith((".npz", ".pkl"))}
+    suffix = ".npz" if any(name.endswith(".npz") for name in names) else ".pkl"
+    expected = {f"{index}{suffix}" for index in range(len(names))}
     if names != expected:
         stray = sorted(names - expected)
         missing = sorted(expected - names, key=lambda name: int(name[:-4]))
-        raise ConvertError([f"{path}: expected 0.npz ... {len(names) - 1}.npz (one per image); "
-                            f"missing {', '.join(missing[:5])}{' ...' * (len(missing) > 5)}; "
+        raise ConvertError([f"{path}: expected 0{suffix} ... {len(names) - 1}{suffix} (one per image, all .npz or "
+                            f"all .pkl); missing {', '.join(missing[:5])}{' ...' * (len(missing) > 5)}; "
                             f"unexpected {', '.join(stray[:5])}{' ...' * (len(stray) > 5)}"])
-    files = (os.path.join(path, f"{index}.npz") for index in range(len(names)))
-    return len(names), (lambda file=file: _load_npz(file) for file in files)
+    files = [os.path.join(path, f"{index}{suffix}") for index in range(len(names))]
+    done = [0]
+
+    def sources():
+        for file in files:
+            done[0] += os.path.getsize(file)
+            yield file
+
+    return RawInput(len(files), sources(), lambda: done[0])
+
+
+def _load_one_pickle(file):
+    """The one result of a per-image pickle (a Result, or a list holding one)."""
+    try:
+        with open(file, "rb") as handle:
+            item = _real_arrays(RestrictedUnpickler(handle).load())
+    except _Refused as refused:
+        raise ConvertError([f"{file}: refusing to load the pickle: it refers to {refused}; only data, never "
+                            f"code, is read from a pickle"]) from None
+    except Exception as error:  # noqa: BLE001 -- corrupt or truncated pickles raise many exception types
+        raise ConvertError([f"{file}: cannot read the pickle: {type(error).__name__}: {error}"]) from None
+    if isinstance(item, list) and len(item) == 1:
+        item = item[0]
+    return _as_result(item, file, 0)
 
 
 MAX_NPZ_BYTES = 1 << 32  # the arrays of one .npz, as their headers declare them
@@ -596,62 +850,80 @@ def _relation_rows(result, n_rows, n_predicates, where, options, notes):
 
 
 def validate(path, gt):
-    """Read a written prediction back with sgeval's reader: every evaluated image has a record,
-    and its TIFF has one page per instance at the GT image size."""
-    source, predictions = sgeval.read_predictions(path, len(gt.object_classes), len(gt.predicate_classes), "mask")
-    problems = []
+    """Read a written prediction back with sgeval's reader, record by record: every evaluated image
+    has a record, and its TIFF has one page per instance at the GT image size."""
+    problems, images = [], {image.image_id: image for image in gt.images}
+    source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), "mask",
+                                                problems)
     try:
-        for image in gt.images:
-            record = predictions.get(image.image_id)
-            if record is None:
-                problems.append(f"{path}: image {image.image_id}: no record was written")
-            elif len(record.categories):
+        for record in records:
+            image = images.pop(record.image_id, None)
+            if image is not None and len(record.categories):
                 try:
                     sgeval.load_pred_masks(source, record, image.height, image.width)
                 except sgeval.SGEvalError as error:
                     problems.extend(error.problems)
     finally:
         source.close()
+    problems += [f"{path}: image {image_id}: no record was written" for image_id in images]
     if problems:
         raise ConvertError(problems)
 
 
-def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None):
-    """Convert a raw output (pickle or npz directory) into the prediction ZIP ``out``.
+def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1):
+    """Convert a raw output (a pickle, or a directory of per-image npz or pickle files) into the
+    prediction ZIP ``out``, streaming: memory holds a few images' results whatever the raw size.
 
     image_fn(result, image, where, n_objects, n_predicates, options) -> (record, masks, notes).
-    Every problem of the pass is collected; on any problem nothing is written. Returns a summary
-    (the summed notes, plus the output path and the seconds taken)."""
+    workers: processes that convert images and encode their masks (the output is the same for any
+    number). Every problem of the pass is collected; on any problem nothing is written (a partial
+    output is removed). Returns a summary (the summed notes, plus the output path and the seconds
+    taken)."""
     start = time.time()
     options.check()
     if not str(out).endswith(".zip"):
         raise ConvertError([f"{out}: the converted output must be a .zip (it holds the masks)"])
+    if type(workers) is not int or not 1 <= workers <= sgeval.MAX_WORKERS:
+        raise ConvertError([f"workers must be an integer from 1 to {sgeval.MAX_WORKERS}"])
     truth = sgeval.read_gt(gt)
-    count, loaders = open_raw(raw)
-    if count != len(truth.images):
-        raise ConvertError([
-            f"{raw}: holds {count} results, but {gt} has {len(truth.images)} evaluated images (test_image_ids "
-            f"with at least one relation; {truth.skipped_no_relations} without relations are not evaluated); "
-            f"results carry no image ids and are matched by position, so the counts must agree"])
+    raw_input = open_raw(raw)
+    if raw_input.count is not None and raw_input.count != len(truth.images):
+        raise ConvertError([_count_problem(raw, gt, truth, raw_input.count)])
     provenance = {"family": family, "raw": os.path.abspath(raw), "gt": os.path.abspath(gt),
                   "options": {**dataclasses.asdict(options), **(settings or {})},
                   "sgeval_version": sgeval.__version__}
     problems, summary = [], collections.Counter()
-    n_objects, n_predicates = len(truth.object_classes), len(truth.predicate_classes)
+    global _WORK
+    _WORK = image_fn, len(truth.object_classes), len(truth.predicate_classes), options
 
-    def records():  # one image at a time; after a problem, keep checking but stop writing
-        for index, (image, load) in enumerate(zip(truth.images, loaders)):
-            where = f"{raw}: result {index} (image {image.image_id})"
-            try:
-                record, masks, notes = image_fn(load(), image, where, n_objects, n_predicates, options)
-            except ConvertError as error:
-                problems.extend(error.problems)
+    def tasks():  # (source, image, where) per image
+        count = 0
+        try:
+            for count, source in enumerate(raw_input.sources, 1):
+                if count > len(truth.images):
+                    problems.append(f"{raw}: holds more than {len(truth.images)} results, the number of evaluated "
+                                    f"images of {gt}")
+                    return
+                image = truth.images[count - 1]
+                yield source, image, f"{raw}: result {count - 1} (image {image.image_id})"
+        except ConvertError as error:  # the pickle itself is unreadable from here on
+            problems.extend(error.problems)
+            return
+        if count < len(truth.images):
+            problems.append(_count_problem(raw, gt, truth, count))
+
+    def records():  # in image order; after a problem, keep checking but stop writing
+        for done, (record, notes) in enumerate(_map_in_order(_convert_one, tasks(), workers), 1):
+            if record is None:
+                problems.extend(notes)
             else:
                 summary.update(notes)
                 if not problems:
-                    yield {**record, "id": image.image_id, "masks": masks}
+                    yield record
             if progress is not None:
-                progress(index + 1, count)
+                seconds = max(time.time() - start, 1e-9)
+                progress(done, len(truth.images), f"{done / seconds:.1f} images/s, "
+                                                  f"{raw_input.bytes_read() / seconds / 1e6:.0f} MB/s")
 
     partial = f"{out}.partial"
     Path(partial).parent.mkdir(parents=True, exist_ok=True)
@@ -670,13 +942,54 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
     return {**summary, "out": str(out), "seconds": round(time.time() - start, 2)}
 
 
-CONVERT_DOC = """Convert a {name} raw output (pickle or npz directory) to the prediction ZIP ``out``.
+def _count_problem(raw, gt, truth, count):
+    return (f"{raw}: holds {count} results, but {gt} has {len(truth.images)} evaluated images (test_image_ids "
+            f"with at least one relation; {truth.skipped_no_relations} without relations are not evaluated); "
+            f"results carry no image ids and are matched by position, so the counts must agree")
+
+
+_WORK = None  # (image_fn, n_objects, n_predicates, options) of the conversion: forked workers inherit it
+
+
+def _convert_one(task):
+    """(source, image, where) -> (record with the TIFF of its masks, notes), or (None, problems):
+    one image's work (reading its arrays, converting, encoding its masks), in a worker process or
+    in the main one."""
+    image_fn, n_objects, n_predicates, options = _WORK
+    source, image, where = task
+    try:
+        record, masks, notes = image_fn(load_source(source, where), image, where, n_objects, n_predicates, options)
+    except ConvertError as error:
+        return None, error.problems
+    tiff = sgeval.encode_masks(masks) if masks is not None and len(masks) else None
+    return {**record, "id": image.image_id, "tiff": tiff}, notes
+
+
+def _map_in_order(function, tasks, workers):
+    """function over tasks, results in task order; with workers > 1 in forked worker processes, at
+    most two tasks per worker ahead of the caller (bounded memory)."""
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from map(function, tasks)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pending = collections.deque()
+        for task in tasks:
+            pending.append(pool.apply_async(function, (task,)))
+            while len(pending) > 2 * workers or pending and pending[0].ready():
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+CONVERT_DOC = """Convert a {name} raw output (a pickle, or a directory of per-image npz or pickle
+    files) to the prediction ZIP ``out``.
 
     gt: psg.json (its evaluated images, in order, are what the results are aligned with);
     predicate_source: rel_dists (argmax of rel_dists[:, 1:], legacy) | rel_labels; ng_top,
     ng_per_predicate: ng_triplets kept overall and per predicate; progress: optional callable
-    progress(done, total). Returns a summary dict; raises ConvertError (an sgeval.SGEvalError)
-    listing every problem, and then writes nothing.
+    progress(done, total, status) (status: images/s and MB/s read); workers: processes converting
+    and encoding images (the same output for any number). Returns a summary dict; raises
+    ConvertError (an sgeval.SGEvalError) listing every problem, and then writes nothing.
     """
 
 
@@ -687,9 +1000,9 @@ def family_converter(family, name, rules):
         return convert_image(result, image, where, n_objects, n_predicates, rules, options)
 
     def convert(raw, out, gt, predicate_source="rel_dists", ng_top=NG_TOP, ng_per_predicate=NG_PER_PREDICATE,
-                progress=None):
+                progress=None, workers=1):
         options = Options(predicate_source, ng_top, ng_per_predicate)
-        return convert_all(raw, out, gt, convert_family_image, family, options, progress)
+        return convert_all(raw, out, gt, convert_family_image, family, options, progress, workers=workers)
 
     convert.__doc__ = CONVERT_DOC.format(name=name)
     return convert
@@ -734,6 +1047,8 @@ def make_cli(convert, doc, extra_options=()):
         click.option("--ng-per-predicate", type=click.IntRange(0), default=NG_PER_PREDICATE, show_default=True,
                      help="ng_triplets kept for every predicate as well (for IMR@k)."),
         *extra_options,
+        click.option("--workers", type=click.IntRange(1, sgeval.MAX_WORKERS), default=1, show_default=True,
+                     help="Processes converting images and encoding their masks (same output for any number)."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
     ]
     for decorator in reversed(decorators):

@@ -69,7 +69,7 @@ def convert_image(result, image, where, n_objects, n_predicates, options, layout
 
 
 def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=common.NG_TOP,
-            ng_per_predicate=common.NG_PER_PREDICATE, progress=None):
+            ng_per_predicate=common.NG_PER_PREDICATE, progress=None, workers=1):
     """Convert an OpenPSG raw output (pickle or npz directory) to the prediction ZIP ``out``.
 
     layout: auto | two-stage | complete | panoptic (module docstring); the other arguments are
@@ -82,7 +82,8 @@ def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=co
     def image_fn(result, image, where, n_objects, n_predicates, options):
         return convert_image(result, image, where, n_objects, n_predicates, options, layout)
 
-    return common.convert_all(raw, out, gt, image_fn, FAMILY, options, progress, settings={"layout": layout})
+    return common.convert_all(raw, out, gt, image_fn, FAMILY, options, progress, settings={"layout": layout},
+                              workers=workers)
 
 
 main = common.make_cli(convert, __doc__.split("\n\n")[0], extra_options=[

@@ -5,6 +5,7 @@ inflates exactly the pixels tifffile reads; the run order pairs each sgeval row 
 
 import io
 import json
+import math
 import zipfile
 
 import imagecodecs
@@ -178,3 +179,26 @@ def test_run_finds_the_workloads_where_they_are_written(tmp_path):
     assert commands["d"][1:3] == commands["e"][1:3] == ["-m", "bench.decode_floor"]
     assert commands["e"][-2:] == ["--codec", "libdeflate"] and "--codec" not in commands["d"]
     assert "--no-audit" in commands["f"] and "--no-audit" not in commands["c"]
+
+
+def test_the_conversion_benchmark_streams_a_pairnet_pickle_and_converts_it(tmp_path, monkeypatch):
+    """bench/convert_bench.py at tiny scale: the generated pickle is what a list of Pair-Net-like
+    Results pickles to (protocol 2, Pair-Net's class path), and both worker counts convert it to
+    the same bytes."""
+    import pickletools
+
+    from bench import convert_bench
+    from convert import common
+    monkeypatch.setattr(convert_bench, "ROOT", tmp_path)  # results/convert.json goes there
+    (tmp_path / "bench").mkdir()
+    assert convert_bench.main(["--gb", "0.0002", "--shape", "24,32,10", "--data", str(tmp_path / "data"),
+                               "--keep"]) == 0
+    data = (tmp_path / "data" / "results.pkl").read_bytes()
+    assert data[:2] == b"\x80\x02" and b"cpairnet.models.relation_heads.approaches.relation_util\nResult" in data
+    assert any(op.name == "NEWOBJ" for op, _, _ in pickletools.genops(data))
+    results = list(common.iter_pickle(tmp_path / "data" / "results.pkl"))
+    expected = [convert_bench.fields(index, 24, 32, 10) for index in range(len(results))]
+    assert len(results) == math.ceil(0.0002e9 / convert_bench.image_bytes(24, 32, 10)) and all(
+        np.array_equal(result.get(name), value) for result, want in zip(results, expected) for name, value in want.items())
+    report = json.loads((tmp_path / "bench" / "results" / "convert.json").read_text())
+    assert [row["workers"] for row in report["runs"]] == [1, 2] and all(row["identical"] for row in report["runs"])

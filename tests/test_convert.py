@@ -505,8 +505,8 @@ def test_other_refusals_persistent_ids_codecs_and_unknown_classes(tmp_path):
     (tmp_path / "t.pkl").write_bytes(b"\x80\x02ctorch\nload\nX\x04\x00\x00\x00x.pt\x85R.")  # inert, never called
     with pytest.raises(common.ConvertError, match="holds a TorchObject"):
         common.load_pickle(tmp_path / "t.pkl")
-    (tmp_path / "x.pkl").write_bytes(b"\x80\x02]q\x00(K\x01e")  # truncated
-    with pytest.raises(common.ConvertError, match="cannot read the pickle"):
+    (tmp_path / "x.pkl").write_bytes(b"\x80\x02]q\x00(}q\x01X\x09\x00\x00\x00lab")  # truncated in result 0
+    with pytest.raises(common.ConvertError, match="cannot read the pickle at result 0"):
         common.load_pickle(tmp_path / "x.pkl")
 
 
@@ -556,7 +556,9 @@ def test_crafted_numpy_data_is_refused_before_numpy_sees_it(tmp_path, name):
 
 def test_plain_numpy_data_still_loads(tmp_path):
     values = [np.arange(6, dtype=">i4").reshape(2, 3), np.asfortranarray(np.ones((2, 3), bool)), np.float32(2.5),
-              np.zeros((0, 4)), np.uint8(7)]
+              np.zeros((0, 4)), np.uint8(7),
+              np.random.default_rng(0).random((300, 300)) < 0.5,  # over 64 KiB, ASCII bytes: read without decoding
+              np.random.default_rng(1).integers(0, 256, (300, 300), np.uint8)]  # over 64 KiB, not ASCII
     path = tmp_path / "plain.pkl"
     for protocol in (2, 4, 5):
         path.write_bytes(pickle.dumps([{"values": values}], protocol=protocol))
@@ -793,3 +795,134 @@ def test_python_m_convert_converts_once(tmp_path, standins, gt_case):
                                    f"exist)\nwrote {tmp_path / 'hilo.zip'}: {len(gt_case[2])} images")
     second = run_module("convert", "--config", str(config), "--quiet")
     assert (second.returncode, second.stderr) == (0, f"{tmp_path / 'hilo.zip'} is up to date (converted from {raw})\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming: a pickle of any size in bounded memory, worker processes, per-image pickles
+# ---------------------------------------------------------------------------------------------
+
+
+def pickle_with_protocol(standins, path, raws, protocol):
+    cls = standins.results[PAIRNET_RESULT]
+    path.write_bytes(pickle.dumps([cls(**fields) for fields in raws], protocol=protocol))
+    return str(path)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_results_stream_one_at_a_time_and_are_released(tmp_path, standins, gt_case, protocol):
+    """Each result is handed out when it is complete, and once the caller drops it nothing (the
+    unpickler's memo, its stack) keeps its arrays alive; shared objects (dtypes, field names) still
+    resolve in later results."""
+    import weakref
+    rng = np.random.default_rng(21)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    path = pickle_with_protocol(standins, tmp_path / "r.pkl", raws, protocol)
+    alive = []
+    for index, result in enumerate(common.iter_pickle(path)):
+        assert all(np.array_equal(result.get(k), v) for k, v in raws[index].items())
+        assert not any(ref() is not None for ref in alive), f"result {index - 1} is still referenced"
+        alive = [weakref.ref(result.get("masks"))]
+        del result
+    assert index == len(raws) - 1
+
+
+@pytest.mark.parametrize("lazy_bytes", [common.LAZY_BYTES, 64], ids=["default", "every array lazy"])
+def test_the_converted_output_is_the_same_for_every_input_kind_and_worker_count(tmp_path, standins, gt_case,
+                                                                                monkeypatch, lazy_bytes):
+    """A pickle (protocols 2, 4 and 5; masks of 0/1 and of 0/255, whose protocol-2 strings are not
+    ASCII), a directory of per-image pickles and one of npz files, with 1 or 2 workers, arrays read
+    by the main process or left in the file for the workers: the same ZIP (byte for byte for one
+    input; the same members for all)."""
+    monkeypatch.setattr(common, "LAZY_BYTES", lazy_bytes)
+    rng = np.random.default_rng(22)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    raws_255 = [{**raw, "masks": raw["masks"].astype(np.uint8) * 255} for raw in raws]
+    inputs = {"protocol 2": standins.pickle(tmp_path / "r2.pkl", raws, PAIRNET_RESULT),
+              "protocol 2, 255": standins.pickle(tmp_path / "r255.pkl", raws_255, PAIRNET_RESULT),
+              "protocol 4": pickle_with_protocol(standins, tmp_path / "r4.pkl", raws, 4),
+              "protocol 5": pickle_with_protocol(standins, tmp_path / "r5.pkl", raws, 5),
+              "npz": write_npz(tmp_path / "npz", raws)}
+    (tmp_path / "pkl").mkdir()
+    for index, fields in enumerate(raws):  # one Result per file, and one one-element list
+        item = standins.results[PAIRNET_RESULT](**fields)
+        (tmp_path / "pkl" / f"{index}.pkl").write_bytes(pickle.dumps(item if index % 2 else [item], protocol=2))
+    inputs["per-image pickles"] = tmp_path / "pkl"
+    outputs = {}
+    for name, raw in inputs.items():
+        for workers in (1, 2):
+            out = tmp_path / f"{name.replace(' ', '_')}-{workers}.zip"
+            pairnet.convert(str(raw), str(out), gt=gt_case[0], workers=workers)
+            outputs[name, workers] = out.read_bytes()
+    assert all(outputs[name, 1] == outputs[name, 2] for name in inputs)  # the whole file, convert.json included
+
+    def members(data):  # convert.json names the raw input
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return {name: archive.read(name) for name in archive.namelist() if name != common.PROVENANCE}
+    first = members(outputs["protocol 2", 1])
+    assert all(members(outputs[name, 1]) == first for name in inputs)
+
+
+@pytest.mark.parametrize("lazy_bytes", [common.LAZY_BYTES, 64], ids=["default", "every array lazy"])
+@pytest.mark.parametrize("cut", [0.3, 0.7, 0.999])
+def test_a_truncated_pickle_names_the_result_reached_and_leaves_no_output(tmp_path, standins, gt_case, cut,
+                                                                          monkeypatch, lazy_bytes):
+    monkeypatch.setattr(common, "LAZY_BYTES", lazy_bytes)
+    rng = np.random.default_rng(23)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    data = standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT).read_bytes()
+    (tmp_path / "cut.pkl").write_bytes(data[:int(len(data) * cut)])
+    read = len(list(itertools_takewhile_ok(common.iter_pickle(tmp_path / "cut.pkl"))))
+    for workers in (1, 2):
+        with pytest.raises(common.ConvertError) as error:
+            pairnet.convert(str(tmp_path / "cut.pkl"), str(tmp_path / "out.zip"), gt=gt_case[0], workers=workers)
+        assert f"cannot read the pickle at result {read} (counting from 0" in error.value.problems[0], error.value
+        assert not list(tmp_path.glob("out.zip*"))
+
+
+def itertools_takewhile_ok(results):
+    """The results an iterator yields before it raises."""
+    try:
+        yield from results
+    except common.ConvertError:
+        return
+
+
+@pytest.mark.parametrize("change", ["one more", "one fewer"])
+def test_a_pickle_with_another_number_of_results_is_refused(tmp_path, standins, gt_case, change):
+    rng = np.random.default_rng(24)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    raws = raws + [{k: np.copy(v) for k, v in raws[0].items()}] if change == "one more" else raws[:-1]
+    path = standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT)
+    with pytest.raises(common.ConvertError) as error:
+        pairnet.convert(str(path), str(tmp_path / "out.zip"), gt=gt_case[0])
+    words = "holds more than" if change == "one more" else f"holds {len(raws)} results"
+    assert any(words in problem for problem in error.value.problems), error.value.problems
+    assert not list(tmp_path.glob("out.zip*"))
+
+
+def test_progress_reports_images_and_megabytes_per_second(tmp_path, standins, gt_case):
+    rng = np.random.default_rng(25)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    path = standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT)
+    calls = []
+    pairnet.convert(str(path), str(tmp_path / "out.zip"), gt=gt_case[0], progress=lambda *args: calls.append(args))
+    assert [call[:2] for call in calls] == [(n, len(raws)) for n in range(1, len(raws) + 1)]
+    assert all(call[2].endswith("MB/s") and "images/s" in call[2] for call in calls)
+    result = subprocess.run([sys.executable, "-m", "convert.pairnet", "--gt", gt_case[0], str(path),
+                             str(tmp_path / "cli.zip"), "--workers", "2"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode != 0 or (tmp_path / "cli.zip").read_bytes() == (tmp_path / "out.zip").read_bytes()
+
+
+def test_results_may_share_tiny_constants_but_not_data(tmp_path, standins, gt_case):
+    """A later result may refer back to an earlier one's empty array (a shared constant); one that
+    refers back to released data is one clear problem."""
+    rng = np.random.default_rng(26)
+    raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
+    empty = np.zeros((0, 5), np.float32)
+    path = standins.pickle(tmp_path / "r.pkl", [{**raw, "refine_bboxes": empty} for raw in raws], PAIRNET_RESULT)
+    assert all(r.get("refine_bboxes") is not None for r in common.iter_pickle(path))
+    shared = np.ones(2000)
+    path = standins.pickle(tmp_path / "s.pkl", [{**raw, "extra": shared} for raw in raws], PAIRNET_RESULT)
+    with pytest.raises(common.ConvertError, match="result 1 .*refers back to data .* of an earlier one"):
+        list(common.iter_pickle(path))
