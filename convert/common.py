@@ -401,6 +401,16 @@ def _checked_get(load):
     return get
 
 
+def _checked_build(load):
+    """BUILD (an object's state) only for the stand-ins that take one: pickle's Python unpickler
+    would ignore an empty state given to any other object, its C unpickler refuses it."""
+    def build(self):
+        if len(self.stack) < 2 or not isinstance(self.stack[-2], (RawResult, _DType, _Array, TorchObject)):
+            raise _Refused(f"an object state for a {type(self.stack[-2]).__name__ if len(self.stack) > 1 else 'nothing'}")
+        load(self)
+    return build
+
+
 class RestrictedUnpickler(pickle._Unpickler):
     """pickle's own unpickler (its Python implementation, which lets the items of a list be taken
     as they are read) with only ALLOWED_GLOBALS and inert torch stand-ins; refuses everything else."""
@@ -410,7 +420,8 @@ class RestrictedUnpickler(pickle._Unpickler):
                    for code in (pickle.GET, pickle.BINGET, pickle.LONG_BINGET)},
                 **{code[0]: _payload_loader(size_format, utf8) for code, size_format, utf8 in (
                     (pickle.BINUNICODE, "<I", True), (pickle.BINUNICODE8, "<Q", True),
-                    (pickle.BINBYTES, "<I", False), (pickle.BINBYTES8, "<Q", False))}}
+                    (pickle.BINBYTES, "<I", False), (pickle.BINBYTES8, "<Q", False))},
+                pickle.BUILD[0]: _checked_build(pickle._Unpickler.dispatch[pickle.BUILD[0]])}
 
     def __init__(self, handle, lazy_path=None):
         """lazy_path: the path of handle's file; large data is then left there (see _Payload)."""
