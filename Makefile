@@ -10,7 +10,7 @@
 #                           recipe) exists, first convert the raw model output it names into the config's
 #                           pred (if that is missing or stale, convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
-#                           PRED=<converted .zip> OUTPUT=<metrics .json>
+#                           PRED=<converted .zip> OUTPUT=<metrics .json>; WORKERS=<n> for both steps
 #   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
 #                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
@@ -68,9 +68,10 @@ eval: $(STAMP)
 	@if [ ! -f "configs/$(MODEL).yaml" ]; then \
 	  echo "make eval: configs/$(MODEL).yaml does not exist; available:" $$(ls configs | sed -n 's/\.yaml$$//p') >&2; \
 	  exit 2; fi
-	$(PY) -m convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS)
+	$(PY) -m convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS) \
+	  $(if $(WORKERS),--workers $(WORKERS))
 	$(PY) sgeval.py --config "configs/$(MODEL).yaml" $(EVAL_PATHS) $(if $(GT_SEG),--gt-seg "$(GT_SEG)") \
-	  $(if $(OUTPUT),--output "$(OUTPUT)")
+	  $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(WORKERS),--workers $(WORKERS))
 
 # Benchmark (bench/README.md): sgeval against SGBench 1.0 (own venv, bench/.venv-sgbench) and the
 # library floor, on two PSG-scale workloads generated once into bench/data/. Not part of `make test`.

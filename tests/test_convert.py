@@ -694,9 +694,9 @@ def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins,
     assert "nothing to convert (no conversion recipe" in convert_main.prepare(str(config))[0]
     recipe.parent.mkdir()
     recipe.write_text(f"family: hilo\nraw: {raw}\n")
-    message, summary = convert_main.prepare(str(config))
+    message, summary = convert_main.prepare(str(config), workers=2)
     assert "does not exist" in message and summary["images"] == len(gt_case[2])
-    assert convert_main.prepare(str(config))[1] is None  # up to date
+    assert convert_main.prepare(str(config))[1] is None  # up to date (the worker count is not an option)
     os.utime(raw, (time.time() + 5, time.time() + 5))
     assert "is older than" in convert_main.prepare(str(config))[0]
     other = tmp_path / "other.pkl"
