@@ -402,10 +402,12 @@ def _checked_get(load):
 
 
 def _checked_build(load):
-    """BUILD (an object's state) only for the stand-ins that take one: pickle's Python unpickler
-    would ignore an empty state given to any other object, its C unpickler refuses it."""
+    """BUILD (an object's state) only for the stand-ins that take one and OrderedDict (torch's carry
+    attributes): pickle's Python unpickler would ignore an empty state given to any other object,
+    its C unpickler refuses it."""
     def build(self):
-        if len(self.stack) < 2 or not isinstance(self.stack[-2], (RawResult, _DType, _Array, TorchObject)):
+        if len(self.stack) < 2 or not isinstance(self.stack[-2], (RawResult, _DType, _Array, TorchObject,
+                                                                  collections.OrderedDict)):
             raise _Refused(f"an object state for a {type(self.stack[-2]).__name__ if len(self.stack) > 1 else 'nothing'}")
         load(self)
     return build

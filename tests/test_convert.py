@@ -927,3 +927,11 @@ def test_results_may_share_tiny_constants_but_not_data(tmp_path, standins, gt_ca
     path = standins.pickle(tmp_path / "s.pkl", [{**raw, "extra": shared} for raw in raws], PAIRNET_RESULT)
     with pytest.raises(common.ConvertError, match="result 1 .*refers back to data .* of an earlier one"):
         list(common.iter_pickle(path))
+
+
+def test_an_ordered_dict_with_attributes_still_loads(tmp_path):
+    """torch's OrderedDicts carry attributes (a BUILD state); the only other object that may take one."""
+    ordered = collections.OrderedDict(a=np.arange(3))
+    ordered._metadata = {"version": 1}
+    (tmp_path / "o.pkl").write_bytes(pickle.dumps([{"labels": ordered}], protocol=2))
+    assert np.array_equal(common.load_pickle(tmp_path / "o.pkl")[0].get("labels")["a"], np.arange(3))
