@@ -1,8 +1,9 @@
 """Converters (convert/): raw model outputs of every family, built here with stand-in classes under
 the real module paths and pickled as the models' tools/test.py does (protocol 2, numpy-1 global
 names), are converted, evaluated with sgeval and checked against metrics computed directly from
-the raw arrays. Plus the restricted unpickler, the npz layout, degenerate results and `make eval`'s
-conversion step."""
+the raw arrays. Plus the restricted unpickler, streaming (results handed out and released one by one,
+large arrays left in the file for the workers), worker counts, the npz and per-image pickle layouts,
+degenerate results and `make eval`'s conversion step."""
 
 import collections
 import importlib
