@@ -413,6 +413,19 @@ def _checked_build(load):
     return build
 
 
+class _NotingMemo(dict):
+    """The unpickler's memo, noting the keys set since the last look (RestrictedUnpickler._release
+    looks at those only, not at the whole memo after every result)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fresh = []
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.fresh.append(key)
+
+
 class RestrictedUnpickler(pickle._Unpickler):
     """pickle's own unpickler (its Python implementation, which lets the items of a list be taken
     as they are read) with only ALLOWED_GLOBALS and inert torch stand-ins; refuses everything else."""
@@ -428,7 +441,7 @@ class RestrictedUnpickler(pickle._Unpickler):
     def __init__(self, handle, lazy_path=None):
         """lazy_path: the path of handle's file; large data is then left there (see _Payload)."""
         super().__init__(handle)
-        self.handle, self.lazy_path = handle, lazy_path
+        self.handle, self.lazy_path, self.memo = handle, lazy_path, _NotingMemo()
 
     def outside_frames(self):
         """Whether the next bytes come straight from the file (not from a protocol 4 frame)."""
@@ -480,7 +493,7 @@ class RestrictedUnpickler(pickle._Unpickler):
                     raise _NotAList(type(outer[0]).__name__)
             complete = len(top) if top else 0  # appended by APPEND(S)
             yield from self._release(top, complete)
-            if self.metastack and self.metastack[0] == [top]:  # items between MARK and APPENDS
+            if self.metastack and len(self.metastack[0]) == 1 and self.metastack[0][0] is top:  # after MARK
                 pending = self.stack if len(self.metastack) == 1 else self.metastack[1]
                 built = next((n for n, item in enumerate(pending) if not getattr(item, "built", False)), len(pending))
                 yield from self._release(pending, built)
@@ -493,9 +506,10 @@ class RestrictedUnpickler(pickle._Unpickler):
         del holder[:count]
         for item in taken:
             yield _real_arrays(item)
-        for key, value in self.memo.items():
-            if _large(value) and value is not holder:
-                self.memo[key] = _RELEASED
+        fresh, self.memo.fresh = self.memo.fresh, []
+        for key in fresh:
+            if _large(self.memo[key]) and self.memo[key] is not holder:
+                dict.__setitem__(self.memo, key, _RELEASED)
 
 
 class _NotAList(Exception):

@@ -936,3 +936,21 @@ def test_an_ordered_dict_with_attributes_still_loads(tmp_path):
     ordered._metadata = {"version": 1}
     (tmp_path / "o.pkl").write_bytes(pickle.dumps([{"labels": ordered}], protocol=2))
     assert np.array_equal(common.load_pickle(tmp_path / "o.pkl")[0].get("labels")["a"], np.arange(3))
+
+
+def test_releasing_results_looks_at_each_memo_entry_once(tmp_path, standins, monkeypatch):
+    """After each result the unpickler looks only at the memo entries set since the last one (it
+    once scanned the whole memo every time: quadratic in the number of results)."""
+    looked = []
+    real = common._large
+    monkeypatch.setattr(common, "_large", lambda value: looked.append(1) or real(value))
+    cls = standins.results[OPENPSG_RESULT]
+    for n in (100, 400):
+        path = tmp_path / f"{n}.pkl"
+        path.write_bytes(pickle.dumps([cls(labels=np.arange(3) + i, rel_dists=np.ones((2, 3))) for i in range(n)],
+                                      protocol=2))
+        looked.clear()
+        assert sum(1 for _ in common.iter_pickle(path)) == n
+        if n == 100:
+            per_result = len(looked) / n
+    assert len(looked) / 400 <= 1.1 * per_result
