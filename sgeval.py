@@ -1872,7 +1872,8 @@ def write_output(path, results):
         if results is None and not existed:
             os.remove(path)
     except (OSError, ValueError) as error:  # ValueError: a NUL in the path
-        raise SGEvalError([f"{path}: cannot write the results (output): {getattr(error, 'strerror', None) or error}"]) from None
+        reason = getattr(error, "strerror", None) or error
+        raise SGEvalError([f"{path}: cannot write the results (output): {reason}"]) from None
 
 
 def mark_zeroshot(images, training_types, given=None):

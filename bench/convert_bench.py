@@ -99,7 +99,8 @@ def write_gt(path, n_images, height=HEIGHT, width=WIDTH):
              "segments_info": [{"id": 1, "category_id": 0}, {"id": 2, "category_id": 1}],
              "annotations": [{"bbox": [0, 0, 10, 10]}, {"bbox": [5, 5, 20, 20]}], "relations": [[0, 1, 0]]}
             for index in range(n_images)]
-    psg = {"thing_classes": [f"thing{i}" for i in range(N_THINGS)], "stuff_classes": [f"stuff{i}" for i in range(N_STUFF)],
+    psg = {"thing_classes": [f"thing{i}" for i in range(N_THINGS)],
+           "stuff_classes": [f"stuff{i}" for i in range(N_STUFF)],
            "predicate_classes": [f"predicate{i}" for i in range(N_PREDICATES)], "data": data,
            "test_image_ids": [str(index) for index in range(n_images)]}
     Path(path).write_text(json.dumps(psg))
@@ -159,8 +160,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", default="1,30", help="pickle sizes in GB, comma-separated (default 1,30)")
     parser.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated pickles (default: delete each after its runs)")
-    parser.add_argument("--shape", default=f"{HEIGHT},{WIDTH},{PAIRS}", help="height,width,pairs (tests use small ones)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the generated pickles (default: delete each after its runs)")
+    parser.add_argument("--shape", default=f"{HEIGHT},{WIDTH},{PAIRS}",
+                        help="height,width,pairs (tests use small ones)")
     parser.add_argument("--data", help="folder for the generated data (default bench/data/convert-<gb>gb)")
     args = parser.parse_args(argv)
     height, width, pairs = map(int, args.shape.split(","))

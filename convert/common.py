@@ -408,7 +408,8 @@ def _checked_build(load):
     def build(self):
         if len(self.stack) < 2 or not isinstance(self.stack[-2], (RawResult, _DType, _Array, TorchObject,
                                                                   collections.OrderedDict)):
-            raise _Refused(f"an object state for a {type(self.stack[-2]).__name__ if len(self.stack) > 1 else 'nothing'}")
+            target = type(self.stack[-2]).__name__ if len(self.stack) > 1 else "nothing"
+            raise _Refused(f"an object state for a {target}")
         load(self)
     return build
 
