@@ -1918,9 +1918,11 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
     stores = {protocol: CountStore(len(gt.images), shapes) for protocol in settings.protocols}
     audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
+    if workers > 1:
+        popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
     try:
-        for done, (slot, result) in enumerate(map_tasks(tasks(), workers), 1):
+        for done, (slot, result) in enumerate(map_in_order(_evaluate_slot, tasks(), workers), 1):
             if result.problems:
                 image_problems[slot] = result.problems
             for protocol, counts in (result.counts or {}).items():
@@ -1938,33 +1940,35 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     return Counted(stores, audits, predicted, n_extra)
 
 
-def map_tasks(tasks, workers, batch=16):
-    """evaluate_image over (slot, ImageTask) pairs as they come; yields (slot, ImageResult) in
-    task order. With workers > 1 a pool of processes evaluates batches of tasks, at most two
-    batches per worker ahead of the caller (bounded memory)."""
+def map_in_order(function, items, workers, batch=16):
+    """function (a module-level function) over items as they come; yields the results in item
+    order. With workers > 1 a pool of processes (forked where the platform can) maps batches of
+    items, at most two batches per worker ahead of the caller (bounded memory)."""
     if workers <= 1:
-        for slot, task in tasks:
-            yield slot, evaluate_image(task)
+        yield from map(function, items)
         return
-    popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with context.Pool(workers) as pool:
-        pending, tasks = collections.deque(), iter(tasks)
+        pending, items = collections.deque(), iter(items)
         while True:
-            chunk = list(itertools.islice(tasks, batch))
+            chunk = list(itertools.islice(items, batch))
             if chunk:
-                slots, chunk = zip(*chunk)
-                pending.append((slots, pool.apply_async(_evaluate_batch, (chunk,))))
-            while pending and (not chunk or len(pending) > 2 * workers or pending[0][1].ready()):
-                slots, results = pending.popleft()
-                yield from zip(slots, results.get())
+                pending.append(pool.apply_async(_map_batch, (function, chunk)))
+            while pending and (not chunk or len(pending) > 2 * workers or pending[0].ready()):
+                yield from pending.popleft().get()
             if not chunk:
                 return
 
 
-def _evaluate_batch(tasks):
-    return [evaluate_image(task) for task in tasks]
+def _map_batch(function, items):
+    return [function(item) for item in items]
+
+
+def _evaluate_slot(item):
+    """(slot, ImageTask) -> (slot, ImageResult): map_in_order's unit of work for count_images."""
+    slot, task = item
+    return slot, evaluate_image(task)
 
 
 def _none_if_nan(value):

@@ -195,13 +195,24 @@ def _numpy_array(raw, dtype, shape, order="C"):
         raw = raw.raw()
     if not isinstance(raw, (bytes, bytearray, memoryview, _Payload)):
         raise _Refused("a numpy array of Python objects")
-    sizes = raw.decoded_sizes() if isinstance(raw, _Payload) else (len(raw),)
-    if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)) \
-            or math.prod(shape) * dtype.itemsize not in sizes:
-        raise _Refused(f"a numpy array of shape {shape!r} whose data is {len(raw)} bytes")
-    if isinstance(raw, _Payload):
-        return _LazyArray(raw, dtype, shape, order)
-    return np.frombuffer(raw, dtype).reshape(shape, order="F" if order == "F" else "C")  # read-only when raw is bytes
+    if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
+        raise _mismatch(shape, raw)
+    if not isinstance(raw, _Payload):
+        return _shaped(raw, dtype, shape, order)
+    if math.prod(shape) * dtype.itemsize not in raw.decoded_sizes():
+        raise _mismatch(shape, raw)
+    return _LazyArray(raw, dtype, shape, order)
+
+
+def _shaped(raw, dtype, shape, order):
+    """np.frombuffer of bytes that match the shape (read-only when raw is bytes); else _Refused."""
+    if math.prod(shape) * dtype.itemsize != len(raw):
+        raise _mismatch(shape, raw)
+    return np.frombuffer(raw, dtype).reshape(shape, order="F" if order == "F" else "C")
+
+
+def _mismatch(shape, raw):
+    return _Refused(f"a numpy array of shape {shape!r} whose data is {len(raw)} bytes")
 
 
 class _Payload:
@@ -238,23 +249,24 @@ class _LazyArray(typing.NamedTuple):
     order: str
 
     def read(self):
-        data = self.payload.read()
-        if len(data) != math.prod(self.shape) * self.dtype.itemsize:
-            raise _Refused(f"a numpy array of shape {self.shape!r} whose data is {len(data)} bytes")
-        return np.frombuffer(data, self.dtype).reshape(self.shape, order="F" if self.order == "F" else "C")
+        return _shaped(self.payload.read(), self.dtype, self.shape, self.order)
+
+
+def _replaced(value, replace):
+    """value with replace(item) for every item that is not a list, tuple, set, dict or RawResult,
+    inside those (a dict comes back a plain dict, a RawResult a new one)."""
+    if isinstance(value, RawResult):
+        return RawResult(_replaced(value.fields, replace))
+    if type(value) in (list, tuple, set, frozenset):
+        return type(value)(_replaced(item, replace) for item in value)
+    if isinstance(value, dict):
+        return {key: _replaced(item, replace) for key, item in value.items()}
+    return replace(value)
 
 
 def materialize(value):
-    """value with every _LazyArray read (in lists, tuples, dicts and RawResult fields)."""
-    if isinstance(value, _LazyArray):
-        return value.read()
-    if isinstance(value, RawResult):
-        return RawResult(materialize(value.fields))
-    if type(value) in (list, tuple):
-        return type(value)(map(materialize, value))
-    if isinstance(value, dict):
-        return {key: materialize(item) for key, item in value.items()}
-    return value
+    """value with every _LazyArray read."""
+    return _replaced(value, lambda item: item.read() if isinstance(item, _LazyArray) else item)
 
 
 class _Array:
@@ -302,22 +314,16 @@ def _no_count(kind):
 
 
 def _real_arrays(value):
-    """value with every unpickled _Array and _DType made real (in lists, tuples, dicts and the fields
-    of RawResults too)."""
-    if isinstance(value, _Array):
-        if value.array is None:
+    """value with every unpickled _Array and _DType made real."""
+    return _replaced(value, _real)
+
+
+def _real(item):
+    if isinstance(item, _Array):
+        if item.array is None:
             raise _Refused("a numpy array without data")
-        return value.array
-    if isinstance(value, _DType):
-        return value.real()
-    if isinstance(value, RawResult):
-        value.fields = _real_arrays(value.fields)
-        return value
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return type(value)(map(_real_arrays, value)) if type(value) in (list, tuple, set, frozenset) else value
-    if isinstance(value, dict):
-        return {key: _real_arrays(item) for key, item in value.items()}
-    return value
+        return item.array
+    return item.real() if isinstance(item, _DType) else item
 
 
 def _latin1(text, encoding="latin1"):
@@ -531,10 +537,7 @@ def iter_pickle(path, position=None, lazy=False):
                 yield _as_result(item, path, reached)
                 reached += 1
     except _Refused as refused:
-        raise ConvertError([
-            f"{path}: result {reached}: refusing to load the pickle: it refers to {refused}, which is neither "
-            f"numpy data, a Result ({', '.join(RESULT_CLASSES)}) nor a torch tensor; only data, never code, "
-            f"is read from a pickle"]) from None
+        raise ConvertError([_refusal(f"{path}: result {reached}", refused)]) from None
     except _NotAList as not_list:
         raise ConvertError([f"{path}: the pickle holds a {not_list}; expected a list with one Result per "
                             f"evaluated image"]) from None
@@ -545,6 +548,11 @@ def iter_pickle(path, position=None, lazy=False):
     except Exception as error:  # corrupt or truncated pickles raise many exception types
         raise ConvertError([f"{path}: cannot read the pickle at result {reached} (counting from 0; the ones "
                             f"before it were read): {type(error).__name__}: {error}"]) from None
+
+
+def _refusal(where, refused):
+    return (f"{where}: refusing to load the pickle: it refers to {refused}, which is neither numpy data, a "
+            f"Result ({', '.join(RESULT_CLASSES)}) nor a torch tensor; only data, never code, is read from a pickle")
 
 
 def _as_result(item, path, index):
@@ -627,8 +635,7 @@ def _load_one_pickle(file):
         with open(file, "rb") as handle:
             item = _real_arrays(RestrictedUnpickler(handle).load())
     except _Refused as refused:
-        raise ConvertError([f"{file}: refusing to load the pickle: it refers to {refused}; only data, never "
-                            f"code, is read from a pickle"]) from None
+        raise ConvertError([_refusal(file, refused)]) from None
     except Exception as error:  # noqa: BLE001 -- corrupt or truncated pickles raise many exception types
         raise ConvertError([f"{file}: cannot read the pickle: {type(error).__name__}: {error}"]) from None
     if isinstance(item, list) and len(item) == 1:
@@ -941,7 +948,9 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
             problems.append(_count_problem(raw, gt, truth, count))
 
     def records():  # in image order; after a problem, keep checking but stop writing
-        for done, (record, notes) in enumerate(_map_in_order(_convert_one, tasks(), workers), 1):
+        forked = "fork" in multiprocessing.get_all_start_methods()  # workers must inherit _WORK
+        images = sgeval.map_in_order(_convert_one, tasks(), workers if forked else 1, batch=1)
+        for done, (record, notes) in enumerate(images, 1):
             if record is None:
                 problems.extend(notes)
             else:
@@ -991,22 +1000,6 @@ def _convert_one(task):
         return None, error.problems
     tiff = sgeval.encode_masks(masks) if masks is not None and len(masks) else None
     return {**record, "id": image.image_id, "tiff": tiff}, notes
-
-
-def _map_in_order(function, tasks, workers):
-    """function over tasks, results in task order; with workers > 1 in forked worker processes, at
-    most two tasks per worker ahead of the caller (bounded memory)."""
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield from map(function, tasks)
-        return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pending = collections.deque()
-        for task in tasks:
-            pending.append(pool.apply_async(function, (task,)))
-            while len(pending) > 2 * workers or pending and pending[0].ready():
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
 
 
 CONVERT_DOC = """Convert a {name} raw output (a pickle, or a directory of per-image npz or pickle
