@@ -148,9 +148,15 @@ def valid_gt(document, png_ids, predicted, max_pixels):
 _SCALARS = (str, int, float, bool, type(None))
 
 
+def _items(value):
+    """A config value as its list of items: a comma-separated string, a list, or one value."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value if isinstance(value, list) else [value]
+
+
 def _labels(value, relative_allowed):
-    items = [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else \
-        value if isinstance(value, list) else [value]
+    items = _items(value)
     return bool(items) and all(_label(str(item).strip(), relative_allowed) for item in items)
 
 
@@ -165,9 +171,7 @@ def _label(text, relative_allowed):
 
 
 def _names(value, allowed):
-    items = [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else \
-        value if isinstance(value, list) else [value]
-    return all(str(item) in allowed for item in items)
+    return all(str(item) in allowed for item in _items(value))
 
 
 def valid_config(values, fields):

@@ -103,8 +103,7 @@ def _mask_counts(base_zip):
 def _valid_prediction(base_zip):
     """fuzz/oracle.py's verdict on the case's triplets.json (the current folder holds the case)."""
     try:
-        with zipfile.ZipFile("pred.zip") as archive:
-            document, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
+        document, members = _triplets_and_members("pred.zip")
     except (ValueError, RecursionError):
         return False
     return valid_prediction(document, len(THINGS + STUFF), len(PREDICATES), members, set(EVALUATED),
@@ -117,7 +116,7 @@ def _reference_verdict(case, base, sgeval):
     if reader == "pred_json":
         return _valid_prediction(base["pred.zip"]), True
     if reader == "gt_json":
-        return _valid_gt(base), True
+        return _valid_gt(base, sgeval), True
     if reader == "yaml":
         return _valid_yaml(sgeval)
     if reader == "cli":
@@ -182,33 +181,48 @@ def _same_members(base):
     return len(names) == len(set(names)) and members == expected
 
 
-def _valid_gt(base):
+def _valid_gt(base, sgeval):
     try:
         document = json.loads(Path("gt/psg.json").read_bytes())
     except (ValueError, RecursionError):
         return False
-    import sgeval
     if not valid_gt(document, _png_segments(tuple(sorted((k, v) for k, v in base.items() if k.endswith(".png")))),
                     set(EVALUATED), sgeval.MAX_IMAGE_PIXELS):
         return False
-    with zipfile.ZipFile(io.BytesIO(base["pred.zip"])) as archive:  # the unbroken prediction, in the new vocabulary
-        prediction, members = json.loads(archive.read("triplets.json")), set(archive.namelist())
+    prediction, members = _unbroken_prediction(base["pred.zip"])  # judged in the new vocabulary
     objects = document["thing_classes"] + document["stuff_classes"]
     return valid_prediction(prediction, len(objects), len(document["predicate_classes"]), members, set(EVALUATED),
                             _mask_counts(base["pred.zip"]))
 
 
+def _triplets_and_members(zip_file):
+    """(triplets.json parsed, member names) of a prediction ZIP."""
+    with zipfile.ZipFile(zip_file) as archive:
+        return json.loads(archive.read("triplets.json")), set(archive.namelist())
+
+
+@functools.lru_cache(maxsize=1)
+def _unbroken_prediction(base_zip):
+    """_triplets_and_members of the unbroken prediction ZIP (read once per worker)."""
+    return _triplets_and_members(io.BytesIO(base_zip))
+
+
 @functools.lru_cache(maxsize=1)
 def _png_segments(pngs):
     """{name under gt/panoptic: (set of segment ids, (height, width))} of the unbroken PNGs (PIL)."""
-    from PIL import Image
     segments = {}
     for name, data in pngs:
-        with Image.open(io.BytesIO(data)) as png:
-            rgb = np.asarray(png.convert("RGB"), np.int64)
-        ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+        ids = _pil_segment_ids(io.BytesIO(data))
         segments[name.split("gt/panoptic/", 1)[-1]] = set(np.unique(ids).tolist()), ids.shape
     return segments
+
+
+def _pil_segment_ids(png_file):
+    """The (H, W) segment ids of a panoptic PNG as PIL reads it (id = R + 256 G + 65536 B)."""
+    from PIL import Image
+    with Image.open(png_file) as png:
+        rgb = np.asarray(png.convert("RGB"), np.int64)
+    return rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
 
 
 def _valid_yaml(sgeval):
@@ -284,11 +298,11 @@ def _same_results(ours, reference):
                for o, r in zip(ours, reference))
 
 
-def _pickle_reference(path=None, base_pickle=None):
-    """The pickle (a file, or bytes) as the pickle module with numpy's own reconstructors reads it:
-    results as dicts of fields (a Result's state), or None when that fails. It runs in a forked
-    child, as numpy's reconstructors trust their input (they crash on crafted arguments)."""
-    data = Path(path).read_bytes() if path else base_pickle
+def _pickle_reference(path):
+    """The pickle file as the pickle module with numpy's own reconstructors reads it: results as
+    dicts of fields (a Result's state), or None when that fails. It runs in a forked child, as
+    numpy's reconstructors trust their input (they crash on crafted arguments)."""
+    data = Path(path).read_bytes()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
@@ -332,7 +346,6 @@ def _fields_of(value):
 
 
 def _same_masks_as_tifffile(case, sgeval):
-    import numpy as np
     import tifffile
     source = sgeval.PredSource("pred.zip")
     records = sgeval.read_predictions("pred.zip", len(THINGS + STUFF), len(PREDICATES), "mask")[1].values()
@@ -354,19 +367,15 @@ def _same_masks_as_tifffile(case, sgeval):
 
 
 def _same_segments_as_pil(case, sgeval):
-    import numpy as np
-    from PIL import Image
     gt = sgeval.read_gt("gt/psg.json", "gt/panoptic")
     image = next((i for i in gt.images if i.seg_path.endswith("/" + case["member"].split("/")[-1])), None)
     if image is None:  # the PNG of an image that is not evaluated: never read
         return "accepted", ""
     ours = sgeval.load_gt_masks(image).copy()
     try:
-        with Image.open(case["member"]) as png:
-            rgb = np.asarray(png.convert("RGB"), np.int64)
+        ids = _pil_segment_ids(case["member"])
     except Exception as error:  # noqa: BLE001
         return "silent", f"PIL cannot read what sgeval accepted: {type(error).__name__}: {error}"
-    ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
     reference = sgeval.pack_masks(np.stack([ids == s for s in image.segment_ids]))
     return ("accepted", "") if np.array_equal(reference, ours) else ("silent", "GT masks differ from PIL's pixels")
 
