@@ -92,11 +92,27 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   none) and absorbs every later instance whose full mask has IoU >= 0.5 with its own (labels
   ignored). Nodes keep their instance's category. Triplets are remapped to nodes; triplets with a
   dropped end and self-pairs are removed. Box mode: box IoU, no claiming, nothing dropped.
-* Graph-constrained selection GC_k: walk ``triplets``, drop a triplet whose predicted (s, o) pair
-  occurred earlier, keep the first k. No-graph-constraint NG_k: walk ``ng_triplets``, drop exact
-  repeats, keep the first k. Relative k ``x10``: k = max(1, floor(10 |G| + 0.5)).
-* A selection is mapped through the matching; triplets with an unmatched end are dropped and the
-  rest compared with G as a set of (s_gt, o_gt, p).
+* ``openpsg``: OpenPSG's ``sgdet`` evaluation (``openpsg/evaluation/sgg_metrics.py``) exactly, in
+  mask mode (its ``pan_seg``) and box mode (its ``bbox``). No instance mapping: a row of a list
+  hits a GT triplet (s, o, p) when its predicate is p and its subject and object each have the
+  category of s and o and IoU >= ``iou_threshold`` with them (many-to-many: one row can hit
+  several GT triplets, a GT instance can be hit by several predictions). R@k / mR@k: the first k
+  rows of ``triplets`` as written, repeats and self-pairs taking their slots. ngR@k / mNgR@k: the
+  first k rows of ``ng_triplets`` as written (OpenPSG's ranking is what the converters write;
+  OpenPSG computes them in box mode only). Box IoU as mmdet's ``bbox_overlaps``: float32, no +1,
+  union at least 1e-6, compared with the threshold in float32. A record without triplets (and a
+  missing record) is left out of every mean, GT included (``images_left_out``); absent predicates
+  count 0 and means are per image, whatever ``absent_predicates`` and ``aggregation`` say. sgeval
+  extensions (OpenPSG does not compute them; the rules above carried over): relative k; ngR and
+  mNgR in mask mode; PR@k (a GT pair is hit by a row whose ends both match it); InstR and R@inf (a
+  GT instance is matched when some prediction meets the IoU); PRank (the number of other
+  predicates on rows of ``ng_triplets`` hitting the GT pair before the first row hitting the
+  triplet); zR, ngzR; IMR / wIMR (the rows of ``ng_triplets`` with the predicate, as written).
+* Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
+  predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
+  ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
+  floor(10 |G| + 0.5)). A selection is mapped through the matching; triplets with an unmatched
+  end are dropped and the rest compared with G as a set of (s_gt, o_gt, p).
 * PRank (Algorithm 6): walk ``ng_triplets``, map, drop unmatched, drop exact repeats of an earlier
   mapped triplet; a triplet's rank is the number of earlier kept triplets with the same mapped
   pair. Per image and predicate, the mean rank of the GT triplets that appear (a multiset mean);
@@ -169,7 +185,9 @@ log = logging.getLogger("sgeval")
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR")
-PROTOCOLS = ("unique", "singlempo", "multimpo")
+PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg")
+# A protocol that reproduces a tool brings the tool's aggregation rules, whatever the config says.
+PROTOCOL_RULES = {"openpsg": {"absent_predicates": "zero", "aggregation": "per_image"}}
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
 
@@ -202,15 +220,15 @@ class Config:
     pred: str = ""  # predictions: .json, .zip or directory
     train_gt: str | None = None  # training annotations (default: gt's non-test images)
     zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
-    protocol: str = "unique"  # unique | singlempo | multimpo: the headline protocol
+    protocol: str = "unique"  # unique | singlempo | multimpo | openpsg: the headline protocol
     protocols: tuple = ()  # more protocols evaluated side by side in the same run
     k: tuple = ("20", "50", "100", "x1", "x10")  # absolute or relative ("x10") cut-offs
     imr_k: tuple = ("10", "20", "50")  # cut-offs per predicate for IMR / wIMR
     metrics: tuple = METRIC_FAMILIES  # metric families to report
     iou_threshold: float = 0.5  # a match needs IoU >= this
     wimr_tau: float = 0.5  # wIMR weight softness (0 = IMR)
-    absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means
-    aggregation: str = "per_image"  # per_image | pooled
+    absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (not openpsg)
+    aggregation: str = "per_image"  # per_image | pooled (openpsg: always per_image)
     per_predicate: bool = False  # print the per-predicate table
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
     workers: int = 1  # processes decoding and matching images
@@ -1448,6 +1466,46 @@ def first_positions(sequence_keys_N, query_keys_Q):
 MATCHERS = {"unique": match_unique, "multimpo": best_candidates}
 
 
+def mmdet_box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
+    """IoU (P, G) as OpenPSG computes it with mmdet's bbox_overlaps: float32 throughout, no +1,
+    union at least 1e-6, (GT area + predicted area) - overlap; -1 where categories differ."""
+    gt, pred = np.asarray(gt_box_G4, np.float32)[:, None], np.asarray(pred_box_P4, np.float32)[None]
+    area_gt = (gt[..., 2] - gt[..., 0]) * (gt[..., 3] - gt[..., 1])
+    area_pred = (pred[..., 2] - pred[..., 0]) * (pred[..., 3] - pred[..., 1])
+    wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]), np.float32(0))
+    overlap = wh[..., 0] * wh[..., 1]
+    iou = overlap / np.maximum(area_gt + area_pred - overlap, np.float32(1e-6))
+    return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
+
+
+@numba.njit(cache=_JIT_CACHE)
+def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
+    """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
+    hits a GT triplet when the predicates are equal and ok_PG holds for subject and object. Per
+    GT triplet: the first row hitting it and the first row hitting its pair (any predicate), -1
+    where none, and the number of other predicates on its pair before its hit."""
+    n_gt = relations_R3.shape[0]
+    first_hit, first_pair = np.full(n_gt, -1, np.int64), np.full(n_gt, -1, np.int64)
+    before, seen = np.zeros(n_gt, np.int64), np.zeros((n_gt, n_predicates), np.bool_)
+    left = n_gt
+    for r in range(min(limit, rows_N3.shape[0])):
+        s, o, p = rows_N3[r, 0], rows_N3[r, 1], rows_N3[r, 2]
+        for i in range(n_gt):
+            if first_hit[i] >= 0 or not (ok_PG[s, relations_R3[i, 0]] and ok_PG[o, relations_R3[i, 1]]):
+                continue
+            if first_pair[i] < 0:
+                first_pair[i] = r
+            if p == relations_R3[i, 2]:
+                first_hit[i] = r
+                left -= 1
+            elif not seen[i, p]:
+                seen[i, p] = True
+                before[i] += 1
+        if left == 0:
+            break
+    return first_hit, first_pair, before
+
+
 # ---------------------------------------------------------------------------------------------
 # Per-image statistics: integer counts only
 # ---------------------------------------------------------------------------------------------
@@ -1496,53 +1554,72 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
     instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
     """
     C, n_pred = n_predicates, len(pred_to_gt_P)
-    ks, imr_ks = k_values(k_labels, len(relations_R3)), [int(k) for k in imr_labels]
+    ks = k_values(k_labels, len(relations_R3))
     gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
     gt_keys = gt_pairs * C + relations_R3[:, 2]
-    predicate = relations_R3[:, 2]
-    unique_gt_pairs = np.unique(gt_pairs)
 
     pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
     pred_keys = pred_pairs * C + triplets_N3[:, 2]
-    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)]
+    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(ks)]]
     sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
-    first_hit = first_positions(sel_keys, gt_keys)
-    first_pair = first_positions(sel_pairs, unique_gt_pairs)
 
     ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
     ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
     first_ng = first_positions(_mapped_keys(ng_selected, pred_to_gt_P, n_gt, C)[1], gt_keys)
-    # IMR: a GT triplet found in NG order is within "the first k of its predicate" by this rank.
+
+    matched = np.zeros(n_gt, bool)
+    matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
+    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
+    kept = np.flatnonzero(all_keys >= 0)
+    kept = kept[_first_occurrences(all_keys[kept])]
+    position = first_positions(all_keys[kept], gt_keys)
+    prank = np.full(len(relations_R3), -1)
+    prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
+    return _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_positions(sel_keys, gt_keys),
+                         first_positions(sel_pairs, gt_pairs), first_ng, prank, ng_selected[:, 2])
+
+
+def openpsg_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates):
+    """image_counts under OpenPSG's rules: the rows of triplets and ng_triplets as written,
+    matched many-to-many (triplet_hits); ok_PG: (P, G) bool, IoU >= threshold, same category."""
+    ks = k_values(k_labels, len(relations_R3))
+    first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(ks), n_predicates)
+    first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
+    return _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
+                         first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2])
+
+
+def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
+                  prank_R, ng_predicates_M):
+    """The count fields from where each GT triplet is found: first_gc_R / first_ng_R its position
+    in the GC / NG selection, first_pair_R that of its pair in the GC selection (-1 = not found),
+    prank_R its PRank rank (-1 = undefined); matched_G the GT instances matched; ng_predicates_M
+    the predicates of the NG list IMR walks (its position within its predicate is IMR's rank)."""
+    predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
+    gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
+    first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
     rank_in_predicate = np.full(len(relations_R3), np.iinfo(np.int64).max)
-    found = first_ng >= 0
-    rank_in_predicate[found] = _occurrence_ranks(ng_selected[:, 2])[first_ng[found]]
-    listed = np.bincount(ng_selected[:, 2], minlength=C)
+    found = first_ng_R >= 0
+    rank_in_predicate[found] = _occurrence_ranks(ng_predicates_M)[first_ng_R[found]]
+    listed = np.bincount(ng_predicates_M, minlength=C)
+    both_ends = matched_G[relations_R3[:, 0]] & matched_G[relations_R3[:, 1]]
+    appears = prank_R >= 0
 
     def hit_masks(first, cutoffs):
         return [(first >= 0) & (first < k) for k in cutoffs]
 
-    matched = np.zeros(n_gt, bool)
-    matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
-    both_ends = matched[relations_R3[:, 0]] & matched[relations_R3[:, 1]]
-
-    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
-    kept = np.flatnonzero(all_keys >= 0)
-    kept = kept[_first_occurrences(all_keys[kept])]
-    ranks = _occurrence_ranks(all_pairs[kept])
-    position = first_positions(all_keys[kept], gt_keys)
-    appears = position >= 0
-    gc, ng = hit_masks(first_hit, ks), hit_masks(first_ng, ks)
+    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks)
     per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
     return {
         "gt_rel": np.bincount(predicate, minlength=C),
         "gc_hits": per_predicate(gc),
         "ng_hits": per_predicate(ng),
-        "gt_pairs": len(unique_gt_pairs),
+        "gt_pairs": len(first_pair),
         "pair_hits": [np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks],
         "inf_hits": np.bincount(predicate[both_ends], minlength=C),
-        "gt_inst": n_gt,
-        "inst_hits": np.count_nonzero(matched),
-        "rank_sum": np.bincount(predicate[appears], ranks[position[appears]], minlength=C).astype(np.int64),
+        "gt_inst": len(matched_G),
+        "inst_hits": np.count_nonzero(matched_G),
+        "rank_sum": np.bincount(predicate[appears], prank_R[appears], minlength=C).astype(np.int64),
         "rank_n": np.bincount(predicate[appears], minlength=C),
         "z_gt": np.count_nonzero(zeroshot_R),
         "z_gc_hits": [np.count_nonzero(m & zeroshot_R) for m in gc],
@@ -1692,8 +1769,9 @@ def evaluate_image(task):
 
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = count(np.zeros(0, np.int64), _NO_TRIPLETS, _NO_TRIPLETS)
-        return ImageResult(dict.fromkeys(settings.protocols, empty), [0] * len(AUDIT_FIELDS) if settings.audit
-                           else None, [])
+        counts = {protocol: left_out_counts(settings) if protocol == "openpsg" else empty
+                  for protocol in settings.protocols}
+        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [])
     merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
     masks = None
     try:
@@ -1706,7 +1784,9 @@ def evaluate_image(task):
     except SGEvalError as error:
         return ImageResult(None, None, error.problems)
     counts = {protocol: count(MATCHERS[protocol](iou, settings.iou_threshold), pred.triplets, pred.ng_triplets,
-                              protocol != "multimpo") for protocol in settings.protocols if protocol != "singlempo"}
+                              protocol != "multimpo") for protocol in settings.protocols if protocol in MATCHERS}
+    if "openpsg" in settings.protocols:
+        counts["openpsg"] = openpsg_image(gt, pred, iou, settings)
     if not merging:
         return ImageResult(counts, None, [])
     merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols)
@@ -1718,6 +1798,25 @@ def evaluate_image(task):
                                     remap_to_nodes(pred.ng_triplets, merge.node_of))
     return ImageResult({protocol: counts[protocol] for protocol in settings.protocols},
                        audit_counts(pred, merge, gt.width) if settings.audit else None, [])
+
+
+def openpsg_image(gt, pred, iou, settings):
+    """The openpsg counts of one image: left out without relation rows; in box mode the IoU is
+    mmdet's float32 one, compared in float32."""
+    if not len(pred.triplets):
+        return left_out_counts(settings)
+    if settings.mode == "box":
+        ok = mmdet_box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories) >= np.float32(settings.iou_threshold)
+    else:
+        ok = iou >= settings.iou_threshold
+    return openpsg_counts(gt.relations, gt.zeroshot, ok, pred.triplets, pred.ng_triplets, settings.k,
+                          settings.imr_k, settings.n_predicates)
+
+
+def left_out_counts(settings):
+    """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
+    return {field: np.zeros(shape, np.int64)
+            for field, shape in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1978,15 +2077,21 @@ def _none_if_nan(value):
 def build_results(config, gt, counted, predicate_pairs):
     """The results dict (SPEC section 7) of a run's counts."""
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
-    present = headline["gt_rel"].sum(axis=0) > 0
+    gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [_NO_TRIPLETS[:, 2]]),
+                         minlength=len(names))
+    present = gt_rel > 0
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        metrics, per_predicate = aggregate(store, config.k, config.imr_k, config.metrics, config.absent_predicates,
-                                           config.aggregation, predicate_pairs, config.wimr_tau)
+        rules = {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation,
+                 **PROTOCOL_RULES.get(protocol, {})}
+        metrics, per_predicate = aggregate(store, config.k, config.imr_k, config.metrics, rules["absent_predicates"],
+                                           rules["aggregation"], predicate_pairs, config.wimr_tau)
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
-                              for key, values in per_predicate.items()}}
+                              for key, values in per_predicate.items()},
+            "rules": rules,
+            "images_left_out": int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0))}
     short = headline["imr_short"].sum(axis=0)
     results = {
         "sgeval_version": __version__,
@@ -1999,7 +2104,7 @@ def build_results(config, gt, counted, predicate_pairs):
             "extra_predictions": counted.extra_predictions,
         },
         **by_protocol[config.protocol],
-        "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(headline["gt_rel"].sum(axis=0)) if n},
+        "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_rel) if n},
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
         "protocol_audit": _audit_report(counted.audits, gt.images) if config.audit else None,
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
@@ -2038,7 +2143,7 @@ def format_table(results):
     """The terminal report: metrics in percent with one decimal (PRank as a mean rank)."""
     config, metrics = results["config"], results["metrics"]
     lines = [f"sgeval {results['sgeval_version']} | protocol {config['protocol']} | "
-             f"{'mask' if config['gt_seg'] else 'box'} mode | {config['aggregation'].replace('_', '-')} "
+             f"{'mask' if config['gt_seg'] else 'box'} mode | {results['rules']['aggregation'].replace('_', '-')} "
              f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
     for families, ks in ((("R", "mR", "ngR", "mNgR", "PR", "zR", "ngzR"), config["k"]),
@@ -2053,6 +2158,10 @@ def format_table(results):
         by_protocol = results["by_protocol"]
         lines += ["protocol comparison (same predictions, same GT):"] + _grid(
             list(metrics), list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"][key], key), 10, 11)
+    for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
+        if name in PROTOCOL_RULES:
+            lines.append(f"{name}: OpenPSG's rules: absent predicates count 0, per-image means; "
+                         f"{section['images_left_out']} images without predicted relations left out of every mean")
     if config["per_predicate"] and results["per_predicate"]:
         per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]
         width = max(map(len, counts), default=8) + 2
@@ -2061,7 +2170,7 @@ def format_table(results):
             lambda name, key: str(counts[name]) if key == "GT" else _fmt(per_predicate[key][name], key),
             width, max(8, *(len(key) + 2 for key in per_predicate)))
     if results["absent_predicates"]:
-        rule = "counted as 0" if config["absent_predicates"] == "zero" else "not in m-type means"
+        rule = "counted as 0" if results["rules"]["absent_predicates"] == "zero" else "not in m-type means"
         lines.append(f"absent predicates ({len(results['absent_predicates'])}, {rule}): "
                      + ", ".join(results["absent_predicates"]))
     if results["protocol_audit"] is not None:
@@ -2086,7 +2195,8 @@ def format_table(results):
 @click.option("--zeroshot-triplets", help="JSON/CSV rows [subject cat, object cat, predicate]: the zero-shot set.")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol (default unique).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
-@click.option("--compare-protocols", is_flag=True, help="Evaluate unique, singlempo and multimpo side by side.")
+@click.option("--compare-protocols", is_flag=True,
+              help="Evaluate unique, singlempo, multimpo and openpsg side by side.")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
 @click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")

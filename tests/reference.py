@@ -90,7 +90,7 @@ from fractions import Fraction
 import numpy as np
 
 MODES = ("mask", "box")
-PROTOCOLS = ("unique", "singlempo", "multimpo")
+PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg")
 MATCHINGS = ("unique", "multimpo")  # singlempo merges first, then matches with "unique"
 ABSENT_RULES = ("skip", "zero")
 AGGREGATIONS = ("per_image", "pooled")
@@ -124,6 +124,18 @@ def box_iou(a, b):
     inter = iw * ih
     union = area_a + area_b - inter
     return inter / union if union > 0 else 0.0
+
+
+def mmdet_box_iou(gt_box, pred_box):
+    """OpenPSG's box IoU (mmdet's bbox_overlaps): every value and operation in float32, no +1,
+    union at least float32(1e-6), (GT area + predicted area) - overlap."""
+    f = np.float32
+    gx1, gy1, gx2, gy2 = (f(v) for v in gt_box)
+    px1, py1, px2, py2 = (f(v) for v in pred_box)
+    area_gt = (gx2 - gx1) * (gy2 - gy1)
+    area_pred = (px2 - px1) * (py2 - py1)
+    overlap = max(min(gx2, px2) - max(gx1, px1), f(0)) * max(min(gy2, py2) - max(gy1, py1), f(0))
+    return overlap / max(area_gt + area_pred - overlap, f(1e-6))
 
 
 def mask_iou(a, b):
@@ -450,6 +462,24 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     audit["absorbed_instances"] = len(absorbed)
     audit["dropped_instances"] = len(dropped)
 
+    gt_pairs = {(s, o) for s, o, _ in gt}
+    zero_shot = {t for t in gt if (gt_categories[t[0]], gt_categories[t[1]], t[2]) in zeroshot_types}
+    record = {"predicates": {p for _, _, p in gt}, "audit": audit, "left_out": False}
+    for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short"):
+        record[family] = {}
+
+    if protocol == "openpsg":
+        threshold = np.float32(iou_threshold) if mode == "box" else iou_threshold
+
+        def ok(m, g):
+            if pred_categories[m] != gt_categories[g]:
+                return False
+            if mode == "mask":
+                return mask_iou(pred_masks[m], gt_masks[g]) >= threshold
+            return mmdet_box_iou(gt_boxes[g], pred_boxes[m]) >= threshold
+
+        return openpsg_record(record, gt, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
+                              zero_shot)
     if protocol == "singlempo":
         # The matched units are the nodes: their claimed pixels (or creator's box) and category.
         node_categories = [pred_categories[i] for i in creators]
@@ -479,11 +509,6 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
         mapping = match_instances(pred_categories, gt_categories, instance_iou, iou_threshold, protocol)
 
-    gt_pairs = {(s, o) for s, o, _ in gt}
-    zero_shot = {t for t in gt if (gt_categories[t[0]], gt_categories[t[1]], t[2]) in zeroshot_types}
-    record = {"predicates": {p for _, _, p in gt}, "audit": audit}
-    for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short"):
-        record[family] = {}
     for k in ks:
         k_count = resolve_k(k, len(gt))
         if protocol == "multimpo":
@@ -528,6 +553,57 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
             matched_p = apply_matching(with_p[:k_count], mapping)
             gt_p = {t for t in gt if t[2] == p}
             counts[p] = (len(gt_p & matched_p), len(gt_p))
+        record["IMR"][k] = counts
+        record["imr_short"][k] = short
+    return record
+
+
+def openpsg_record(record, gt, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot):
+    """Fill `record` under OpenPSG's rules: rows as written (no graph constraint, repeats and
+    self-pairs kept), and a row hits a GT triplet (s, o, p) when its predicate is p and ok(row
+    subject, s) and ok(row object, o) both hold (many-to-many). `ok(m, g)`: same category and
+    IoU >= threshold. Left out (no counts at all) when the record has no relation rows."""
+    record["left_out"] = not triplets
+    if record["left_out"]:
+        return record
+
+    def hits_pair(row, pair):
+        return ok(row[0], pair[0]) and ok(row[1], pair[1])
+
+    def hits(rows):
+        return {t for t in gt if any(row[2] == t[2] and hits_pair(row, t) for row in rows)}
+
+    gt_pairs = {(s, o) for s, o, _ in gt}
+    for k in ks:
+        k_count = resolve_k(k, len(gt))
+        found, found_ng = hits(triplets[:k_count]), hits(triplets_ng[:k_count])
+        record["R"][k] = (len(found), len(gt))
+        record["mR"][k] = _counts_by_predicate(gt, found)
+        record["PR"][k] = (sum(1 for pair in gt_pairs if any(hits_pair(row, pair) for row in triplets[:k_count])),
+                           len(gt_pairs))
+        record["zR"][k] = (len(zero_shot & found), len(zero_shot))
+        record["ngR"][k] = (len(found_ng), len(gt))
+        record["mNgR"][k] = _counts_by_predicate(gt, found_ng)
+        record["ngzR"][k] = (len(zero_shot & found_ng), len(zero_shot))
+    matched = {g for g in range(n_gt_instances) if any(ok(m, g) for m in range(n_pred))}
+    record["InstR"] = (len(matched), n_gt_instances)
+    reachable = {t for t in gt if t[0] in matched and t[1] in matched}
+    record["R@inf"] = (len(reachable), len(gt))
+    record["mR@inf"] = _counts_by_predicate(gt, reachable)
+    ranks_by_predicate = {}
+    for t in gt:  # PRank: other predicates on the GT pair before the first row that hits t
+        first = next((i for i, row in enumerate(triplets_ng) if row[2] == t[2] and hits_pair(row, t)), None)
+        if first is not None:
+            rank = len({row[2] for row in triplets_ng[:first] if hits_pair(row, t)})
+            ranks_by_predicate.setdefault(t[2], []).append(rank)
+    record["PRank"] = {p: (sum(r), len(r)) for p, r in ranks_by_predicate.items()}
+    for k in imr_ks:
+        counts, short = {}, False
+        for p in sorted(record["predicates"]):
+            with_p = [row for row in triplets_ng if row[2] == p]
+            short = short or len(with_p) < int(k)
+            gt_p = {t for t in gt if t[2] == p}
+            counts[p] = (len(gt_p & hits(with_p[:int(k)])), len(gt_p))
         record["IMR"][k] = counts
         record["imr_short"][k] = short
     return record
@@ -643,14 +719,17 @@ def reference_evaluate(
     else:
         zeroshot_types = {tuple(int(v) for v in t) for t in zeroshot}
 
-    records = [
+    all_records = [
         evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol,
                        imr_ks, zeroshot_types)
         for image in evaluated
     ]
+    records = [record for record in all_records if not record["left_out"]]  # openpsg leaves some out
+    if protocol == "openpsg":  # OpenPSG's aggregation, whatever was asked
+        absent_predicates, aggregation = "zero", "per_image"
 
     present = set()
-    for record in records:
+    for record in all_records:
         present |= record["predicates"]
     present_order = [p for p in range(len(predicate_names)) if p in present]
     absent_names = [name for p, name in enumerate(predicate_names) if p not in present]
@@ -723,5 +802,6 @@ def reference_evaluate(
         },
         "absent_predicates": absent_names,
         "imr_short_images": {k: sum(1 for r in records if r["imr_short"][k]) for k in imr_ks},
-        "audit": {field: sum(r["audit"][field] for r in records) for field in AUDIT_FIELDS},
+        "audit": {field: sum(r["audit"][field] for r in all_records) for field in AUDIT_FIELDS},
+        "images_left_out": len(all_records) - len(records),
     }

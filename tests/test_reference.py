@@ -54,6 +54,7 @@ def test_matches_reference(tmp_path, seed, with_masks):
                                       absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation)
             assert fast["images"] == slow["images"], where
             assert fast["absent_predicates"] == slow["absent_predicates"], where
+            assert fast["by_protocol"][protocol]["images_left_out"] == slow["images_left_out"], where
             assert_close(fast["by_protocol"][protocol]["metrics"], slow["metrics"], where)
             for key, values_by_name in slow["per_predicate"].items():
                 assert_close(fast["by_protocol"][protocol]["per_predicate"][key], values_by_name, f"{where} {key}")
@@ -70,7 +71,8 @@ def test_random_cases_are_not_trivial(tmp_path):
     m = by_protocol["unique"]
     assert 0 < m["R@20"] < m["ngR@20"] < 1 and 0 < m["InstR"] < 1 and m["PRank"] > 0
     assert m["R@1"] < m["R@20"] and 0 < m["zR@20"] != m["R@20"] and 0 < m["IMR@1"] < m["IMR@5"]
-    assert len({v["R@20"] for v in by_protocol.values()}) == 3  # the protocols differ
+    assert len({v["R@20"] for v in by_protocol.values()}) == 4  # the protocols differ
+    assert 0 < result["by_protocol"]["openpsg"]["images_left_out"] < result["images"]["evaluated"]
     images = result["images"]
     assert images["missing_predictions"] > 0 and images["extra_predictions"] > 0
     assert images["skipped_no_relations"] > 0
