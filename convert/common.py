@@ -37,13 +37,16 @@ whatever the pickle's size; large strings and bytes (over ``LAZY_BYTES``) are le
 
 Per-image rules (``convert_image``; each family picks the ``Rules``, see convert/README.md)
 ------------------------------------------------------------------------------------------
-* ``triplets``: every relation row once, in the model's row order; predicate = argmax of
-  ``rel_dists[:, 1:]`` (the legacy OpenPSG rule, first column on ties) or ``rel_labels - 1``.
-* ``ng_triplets``: every (row, predicate) scored by probability x (subject score x object score),
-  or by the probability alone without object scores; sorted by score (descending, stable: row
-  order, then predicate order); exact repeats of an (s, o, p) dropped; kept: the first ``ng_top``
-  and the first ``ng_per_predicate`` of every predicate (defaults 1000 and 50: enough for ngR@100
-  and IMR@50).
+* ``triplets``: every relation row once, in the model's row order, repeated rows and self-pairs
+  included (each protocol's selection decides what to skip); predicate = argmax of
+  ``rel_dists[:, 1:]`` (OpenPSG's rule, first column on ties) or ``rel_labels - 1``.
+* ``ng_triplets``: every (row, predicate) ranked as OpenPSG ranks them for no-graph-constraint
+  recall: by (subject score x object score) x probability in the arrays' own dtype, or by the
+  probability alone without object scores; descending, ties in row then predicate order. Repeats
+  of an (s, o, p) from rows that share a pair stay where they rank (protocols that want distinct
+  triplets drop them when they read the list). Kept: everything up to the ``ng_top``-th distinct
+  triplet, and beyond it the first occurrence of the first ``ng_per_predicate`` distinct triplets
+  of every predicate (defaults 1000 and 50: enough for ngR@100 and IMR@50).
 * ``instances``: category = label - 1; bbox = ``refine_bboxes[:, :4]`` when the rules allow it and
   the rows are aligned with labels, finite, ordered (x1 <= x2, y1 <= y2) and not all zero, else the
   tight box of the mask (x_min, y_min, x_max + 1, y_max + 1; zeros for an empty mask); score =
@@ -685,7 +688,6 @@ class Rules:
 
     raw_boxes: bool = True  # refine_bboxes[:, :4] are xyxy boxes of the instances (when aligned)
     object_scores: bool = True  # refine_bboxes[:, 4] are object scores (when aligned, not all zero)
-    drop_self_pairs: bool = False  # s == o rows are placeholders (two-stage), not predictions
     empty_placeholder: bool = True  # one all-ones mask, label 1, no pairs = an empty result
 
 
@@ -774,23 +776,27 @@ def mask_boxes(masks_NHW):
     return boxes.astype(np.float64)
 
 
-def rank_ng(pairs_R2, probabilities_RC, pair_scores_R, ng_top, ng_per_predicate):
-    """ng_triplets (M, 3) [s, o, p]: every (row, predicate) by probability x pair score (or the
-    probability alone when pair_scores_R is None), descending and stable (row, then predicate
-    order); exact repeats of (s, o, p) dropped; kept: the first ng_top and the first
-    ng_per_predicate of every predicate."""
+def rank_ng(pairs_R2, probabilities_RC, object_scores_P, ng_top, ng_per_predicate):
+    """ng_triplets (M, 3) [s, o, p]: every (row, predicate) ranked as OpenPSG's no-graph-constraint
+    recall ranks them: by (subject score x object score) x probability, computed in the arrays'
+    own dtype (float32 for real models), or by the probability alone when object_scores_P is None;
+    descending and stable (row, then predicate order). Kept: every entry, repeats of an (s, o, p)
+    included, up to the first ng_top distinct triplets, and beyond them the first occurrence of the
+    first ng_per_predicate distinct triplets of every predicate."""
     n_predicates = probabilities_RC.shape[1]
-    scores = probabilities_RC if pair_scores_R is None else probabilities_RC * pair_scores_R[:, None]
+    scores = probabilities_RC if object_scores_P is None else \
+        object_scores_P[pairs_R2].prod(axis=1)[:, None] * probabilities_RC
     rows, predicates = np.divmod(np.argsort(-scores.ravel(), kind="stable"), n_predicates)
     triplets = np.column_stack([pairs_R2[rows, 0], pairs_R2[rows, 1], predicates]).astype(np.int64)
     span = int(pairs_R2.max(initial=0)) + 1
     keys = (triplets[:, 0] * span + triplets[:, 1]) * n_predicates + triplets[:, 2]
-    triplets = triplets[np.sort(np.unique(keys, return_index=True)[1])]
-    rank_in_predicate = np.zeros(len(triplets), np.int64)
-    for predicate in np.unique(triplets[:, 2]):
-        members = np.flatnonzero(triplets[:, 2] == predicate)
+    first = np.zeros(len(keys), bool)
+    first[np.unique(keys, return_index=True)[1]] = True
+    rank_in_predicate = np.full(len(keys), ng_per_predicate)
+    for predicate in np.unique(predicates):
+        members = np.flatnonzero(first & (predicates == predicate))
         rank_in_predicate[members] = np.arange(len(members))
-    keep = (np.arange(len(triplets)) < ng_top) | (rank_in_predicate < ng_per_predicate)
+    keep = (np.cumsum(first) <= ng_top) | (rank_in_predicate < ng_per_predicate)
     return triplets[keep]
 
 
@@ -805,10 +811,10 @@ def _raw_boxes(refine_bboxes, n_instances):
 
 
 def _object_scores(refine_bboxes, n_instances, where):
-    """refine_bboxes[:, 4] as float64 when aligned and not all zero, else None."""
+    """refine_bboxes[:, 4] (as stored) when aligned and not all zero, else None."""
     if refine_bboxes is None or refine_bboxes.ndim != 2 or refine_bboxes.shape != (n_instances, 5):
         return None
-    scores = refine_bboxes[:, 4].astype(np.float64)
+    scores = refine_bboxes[:, 4]
     if not np.isfinite(scores).all():
         raise ConvertError([f"{where}: field 'refine_bboxes' holds a NaN or inf object score (column 4)"])
     return scores if scores.any() else None
@@ -834,16 +840,12 @@ def convert_image(result, image, where, n_objects, n_predicates, rules, options)
     _out_of_range(pairs, 0, len(labels) - 1, "rel_pair_idxes", where, f"only {len(labels)} instances exist")
     notes = collections.Counter(images=1)
     predicates, probabilities = _relation_rows(result, len(pairs), n_predicates, where, options, notes)
-    if rules.drop_self_pairs:
-        real = pairs[:, 0] != pairs[:, 1]
-        notes["self_pairs_dropped"] += int(np.count_nonzero(~real))
-        pairs, predicates, probabilities = pairs[real], predicates[real], probabilities[real]
+    notes["self_pairs"] += int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
     refine_bboxes = field(result, "refine_bboxes", where, required=False)
     raw_boxes = _raw_boxes(refine_bboxes, len(labels)) if rules.raw_boxes else None
     boxes = mask_boxes(masks) if raw_boxes is None else raw_boxes
     scores = _object_scores(refine_bboxes, len(labels), where) if rules.object_scores else None
-    pair_scores = None if scores is None else scores[pairs[:, 0]] * scores[pairs[:, 1]]
-    ng_triplets = rank_ng(pairs, probabilities, pair_scores, options.ng_top, options.ng_per_predicate)
+    ng_triplets = rank_ng(pairs, probabilities, scores, options.ng_top, options.ng_per_predicate)
     instances = [{"category": int(label) - 1, "bbox": [float(v) for v in box]} for label, box in zip(labels, boxes)]
     for instance, score in zip(instances, [] if scores is None else scores):
         instance["score"] = float(score)
@@ -855,15 +857,15 @@ def convert_image(result, image, where, n_objects, n_predicates, rules, options)
 
 
 def _relation_rows(result, n_rows, n_predicates, where, options, notes):
-    """Predicates (R,) 0-based and probabilities (R, C) float64 of the relation rows."""
+    """Predicates (R,) 0-based and probabilities (R, C) (rel_dists[:, 1:] as stored) of the relation rows."""
     if n_rows == 0:
-        return np.zeros(0, np.int64), np.zeros((0, n_predicates))
+        return np.zeros(0, np.int64), np.zeros((0, n_predicates), np.float32)
     dists = field(result, "rel_dists", where)
     if dists.shape != (n_rows, n_predicates + 1):
         raise ConvertError([f"{where}: field 'rel_dists' has shape {dists.shape}; expected ({n_rows}, "
                             f"{n_predicates + 1}) (one row per pair; column 0 = no relation, then the "
                             f"{n_predicates} predicates)"])
-    probabilities = dists[:, 1:].astype(np.float64)
+    probabilities = dists[:, 1:]
     if not np.isfinite(probabilities).all():
         raise ConvertError([f"{where}: field 'rel_dists' holds NaN or inf"])
     argmax = probabilities.argmax(axis=1)
@@ -1039,8 +1041,8 @@ def describe(summary):
         lines.append(f"layouts: {layouts}")
     lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
                  f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
-    if summary.get("self_pairs_dropped"):
-        lines.append(f"self-pair placeholder rows dropped: {summary['self_pairs_dropped']}")
+    if summary.get("self_pairs"):
+        lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
     if summary.get("rel_rows"):
         lines.append(f"rel_labels differ from argmax(rel_dists) + 1 on {summary.get('rel_labels_differ', 0)} "
                      f"of {summary['rel_rows']} relation rows")

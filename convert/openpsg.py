@@ -9,8 +9,8 @@ forced:
 * ``two-stage`` (IMP, MOTIFS, VCTree, GPS-Net; the result has ``triplet_scores``, or neither
   ``refine_bboxes`` nor ``rel_pair_idxes`` when nothing was detected, which is an empty result):
   non-overlapping masks; ``refine_bboxes`` aligned with ``labels`` (xyxy + object score); rows
-  sorted by triplet score. A row with subject == object is the placeholder ``[[0, 0]]`` written
-  when only one segment exists, not a prediction: it is dropped.
+  sorted by triplet score. The self-pair ``[[0, 0]]`` written when only one segment exists is
+  kept: OpenPSG counts it as a relation row (the image is scored, with zero hits).
 * ``complete`` (PSGTR / PSGFormer with ``eval_pan_rels=False``): 2T overlapping masks, rows
   ``[[i, T + i]]``; ``refine_bboxes`` (2T, 5) aligned: their boxes and object scores are used.
 * ``panoptic`` (PSGTR / PSGFormer default): merged non-overlapping masks; ``refine_bboxes`` is
@@ -32,7 +32,7 @@ from convert import common
 FAMILY = "openpsg"
 LAYOUTS = ("auto", "two-stage", "complete", "panoptic")
 RULES = {
-    "two-stage": common.Rules(raw_boxes=True, object_scores=True, drop_self_pairs=True, empty_placeholder=False),
+    "two-stage": common.Rules(raw_boxes=True, object_scores=True, empty_placeholder=False),
     "complete": common.Rules(raw_boxes=True, object_scores=True),
     "panoptic": common.Rules(raw_boxes=False, object_scores=False),
 }

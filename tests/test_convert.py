@@ -248,8 +248,7 @@ def pairnet_result(rng, gt, kind=None, tensor=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_self_pairs,
-                     predicate_source="rel_dists"):
+def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, predicate_source="rel_dists"):
     """R@k, ngR@k and InstR from the raw fields. Instance i maps to the GT segment with the same
     mask and category (GT masks never overlap, so that is the only IoU >= 0.5 candidate)."""
     totals = collections.defaultdict(float)
@@ -263,11 +262,9 @@ def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_
                 same = [g for g, (m, c) in enumerate(zip(gt["masks"], gt["categories"]))
                         if c == label - 1 and np.array_equal(m, mask != 0)]
                 mapped.append(same[0] if same else -1)
-            dists = raw["rel_dists"].astype(np.float64)
-            scores = raw["refine_bboxes"][:, 4].astype(np.float64) if object_scores else None
+            dists = raw["rel_dists"]  # float32, like the object scores: products in float32 as OpenPSG
+            scores = raw["refine_bboxes"][:, 4] if object_scores else None
             for row, (s, o) in enumerate(pairs.tolist()):
-                if drop_self_pairs and s == o:
-                    continue
                 predicate = int(raw["rel_labels"][row]) - 1 if predicate_source == "rel_labels" \
                     else int(np.argmax(dists[row, 1:]))
                 candidates.append((row, s, o, predicate))
@@ -282,7 +279,7 @@ def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_
         ng = []
         for row, s, o, _ in candidates:
             for p in range(N_PREDICATES):
-                score = dists[row, p + 1] if scores is None else dists[row, p + 1] * (scores[s] * scores[o])
+                score = dists[row, p + 1] if scores is None else (scores[s] * scores[o]) * dists[row, p + 1]
                 ng.append((score, s, o, p))
         ng_order = [t[1:] for t in sorted(ng, key=lambda t: -t[0])]
         ng_unique = list(dict.fromkeys(ng_order))
@@ -291,6 +288,39 @@ def expected_metrics(raws, evaluated, ks, graph_constraint, object_scores, drop_
                 hits = {(mapped[s], mapped[o], p) for s, o, p in chosen if mapped[s] >= 0 and mapped[o] >= 0}
                 totals[f"{name}@{k}"] += len(hits & truth) / len(truth)
     return {key: value / len(evaluated) for key, value in totals.items()}
+
+
+def openpsg_expected(raws, evaluated, ks, object_scores):
+    """R@k and ngR@k as OpenPSG's evaluator computes them from the raw fields (sgg_metrics.py):
+    predicate = 1 + argmax of rel_dists[:, 1:], the first k rows as written; the NG list ranks
+    every (row, predicate) by (subject score x object score) x probability in float32; a row hits
+    every GT triplet whose predicate it has and whose subject and object masks it matches with
+    IoU >= 0.5 and the same label; results without relation rows are left out of the mean."""
+    totals, scored = collections.defaultdict(float), 0
+    for raw, gt in zip(raws, evaluated):
+        pairs = raw.get("rel_pair_idxes")
+        if raw.get("refine_bboxes") is None or pairs is None or not len(pairs):
+            continue
+        scored += 1
+        masks, labels = np.asarray(raw["masks"]) != 0, np.asarray(raw["labels"]) - 1
+
+        def ok(i, g):
+            inter = np.count_nonzero(masks[i] & gt["masks"][g])
+            return labels[i] == gt["categories"][g] and inter / np.count_nonzero(masks[i] | gt["masks"][g]) >= 0.5
+
+        dists = raw["rel_dists"]
+        rows = [(s, o, int(np.argmax(dists[r, 1:]))) for r, (s, o) in enumerate(pairs.tolist())]
+        scores = raw["refine_bboxes"][:, 4] if object_scores else None
+        ranked = sorted(((dists[r, p + 1] if scores is None else (scores[s] * scores[o]) * dists[r, p + 1]), r, p)
+                        for r, (s, o, _) in enumerate(rows) for p in range(N_PREDICATES))
+        ranked.sort(key=lambda t: -t[0])
+        ng = [(rows[r][0], rows[r][1], p) for _, r, p in ranked]
+        truth = {tuple(t) for t in gt["relations"]}
+        for k in ks:
+            for name, chosen in (("R", rows[:k]), ("ngR", ng[:k])):
+                hits = {t for t in truth if any(p == t[2] and ok(s, t[0]) and ok(o, t[1]) for s, o, p in chosen)}
+                totals[f"{name}@{k}"] += len(hits) / len(truth)
+    return {key: value / scored for key, value in totals.items()}
 
 
 def convert_one(module, raw, options=common.Options()):
@@ -320,19 +350,19 @@ def read_records(pred):
         return {record["id"]: record for record in json.loads(archive.read("triplets.json"))["images"]}
 
 
-FAMILIES = {  # family: (builder, converter, kwargs, result class, protocol, graph constraint, scores, self-pairs)
-    "two-stage": (two_stage_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, True, True),
-    "psgtr-panoptic": (panoptic_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, False, False),
-    "psgtr-complete": (psgtr_complete_result, openpsg.convert, {}, OPENPSG_RESULT, "multimpo", False, True, False),
-    "hilo": (hilo_result, hilo.convert, {}, OPENPSG_RESULT, "multimpo", False, True, False),
-    "pairnet": (pairnet_result, pairnet.convert, {}, PAIRNET_RESULT, "multimpo", False, False, False),
+FAMILIES = {  # family: (builder, converter, kwargs, result class, protocol, graph constraint, scores)
+    "two-stage": (two_stage_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, True),
+    "psgtr-panoptic": (panoptic_result, openpsg.convert, {}, OPENPSG_RESULT, "unique", True, False),
+    "psgtr-complete": (psgtr_complete_result, openpsg.convert, {}, OPENPSG_RESULT, "multimpo", False, True),
+    "hilo": (hilo_result, hilo.convert, {}, OPENPSG_RESULT, "multimpo", False, True),
+    "pairnet": (pairnet_result, pairnet.convert, {}, PAIRNET_RESULT, "multimpo", False, False),
 }
 SPECIAL = {0: "empty", 1: "single"}  # the first evaluated image is empty, the second has one segment
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_family_converts_and_evaluates_like_its_raw_rows(tmp_path, standins, gt_case, family):
-    build, convert, kwargs, result_class, protocol, graph_constraint, scores, self_pairs = FAMILIES[family]
+    build, convert, kwargs, result_class, protocol, graph_constraint, scores = FAMILIES[family]
     rng = np.random.default_rng(len(family))
     evaluated = gt_case[2]
     raws = [build(rng, gt, SPECIAL.get(index), standins.Tensor) for index, gt in enumerate(evaluated)]
@@ -342,15 +372,21 @@ def test_family_converts_and_evaluates_like_its_raw_rows(tmp_path, standins, gt_
     assert summary["images"] == len(evaluated)
     results = evaluate(gt_case, tmp_path / "pred.zip", protocol)
     assert results["images"]["evaluated"] == len(evaluated) and results["images"]["missing_predictions"] == 0
-    expected = expected_metrics(raws, evaluated, (20, 50, 100), graph_constraint, scores, self_pairs)
+    expected = expected_metrics(raws, evaluated, (20, 50, 100), graph_constraint, scores)
     assert {key: results["metrics"][key] for key in expected} == pytest.approx(expected, abs=1e-12)
+    legacy = evaluate(gt_case, tmp_path / "pred.zip", "openpsg")
+    expected_legacy = openpsg_expected(raws, evaluated, (20, 50, 100), scores)
+    assert {key: legacy["metrics"][key] for key in expected_legacy} == pytest.approx(expected_legacy, abs=1e-12)
+    assert legacy["images_left_out"] == sum(1 for raw in raws if raw.get("rel_pair_idxes") is None
+                                            or not len(raw["rel_pair_idxes"]))
     assert 0 < expected["R@20"] < 1 and expected["ngR@100"] > 0
     records = read_records(tmp_path / "pred.zip")
     first, second = (records[gt["image_id"]] for gt in evaluated[:2])
     if family in ("two-stage", "psgtr-panoptic", "hilo"):  # the degenerate first image: an empty record
         assert first["instances"] == [] and first["triplets"] == [] and "seg_filename" not in first
-    if family == "two-stage":  # one segment: kept, its [[0, 0]] placeholder row dropped
-        assert len(second["instances"]) == 1 and second["triplets"] == [] and summary["self_pairs_dropped"] == 1
+    if family == "two-stage":  # one segment: kept with its [[0, 0]] row, which OpenPSG counts as a relation row
+        assert len(second["instances"]) == 1 and [t[:2] for t in second["triplets"]] == [[0, 0]]
+        assert summary["self_pairs"] == 1 and len(second["ng_triplets"]) == N_PREDICATES
         assert summary["layout:two-stage"] == len(evaluated)
     if family == "psgtr-panoptic":
         assert summary["layout:panoptic"] == len(evaluated)
@@ -359,6 +395,40 @@ def test_family_converts_and_evaluates_like_its_raw_rows(tmp_path, standins, gt_
         assert summary["layout:complete"] == len(evaluated)
     has_scores = all("score" in i for r in records.values() for i in r["instances"])
     assert has_scores == scores
+
+
+@pytest.mark.parametrize("family", ["two-stage", "psgtr-panoptic"])
+def test_what_the_converters_keep_for_openpsg_leaves_the_fair_protocols_unchanged(tmp_path, standins, gt_case,
+                                                                                   family):
+    """Self-pair rows and repeats in ng_triplets are written for openpsg; without them (what the
+    converters wrote before) every fair protocol gives the same metrics."""
+    build, convert, kwargs, result_class, *_ = FAMILIES[family]
+    rng = np.random.default_rng(len(family))
+    raws = [build(rng, gt, SPECIAL.get(index), standins.Tensor) for index, gt in enumerate(gt_case[2])]
+    convert(str(standins.pickle(tmp_path / "r.pkl", raws, result_class)), str(tmp_path / "kept.zip"), gt=gt_case[0])
+    with zipfile.ZipFile(tmp_path / "kept.zip") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    data = json.loads(members["triplets.json"])
+    removed = 0
+    for record in data["images"]:
+        if family == "two-stage":
+            record["triplets"] = [t for t in record["triplets"] if t[0] != t[1]]
+        ng = [t for t in record["ng_triplets"] if family != "two-stage" or t[0] != t[1]]
+        removed += len(record["ng_triplets"]) - len(ng)
+        record["ng_triplets"] = [list(t) for t in dict.fromkeys(map(tuple, ng))]
+        removed += len(ng) - len(record["ng_triplets"])
+    assert removed > 0  # two-stage: the [[0, 0]] row's entries; panoptic: repeats of a repeated pair
+    members["triplets.json"] = json.dumps(data).encode()
+    with zipfile.ZipFile(tmp_path / "stripped.zip", "w") as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    fair = ["unique", "singlempo", "multimpo"]
+    gt_path, gt_seg, _ = gt_case
+    kept, stripped = (sgeval.evaluate(sgeval.make_config({"gt": gt_path, "gt_seg": gt_seg, "pred": str(tmp_path / name),
+                                                          "protocols": fair, "imr_k": ["1", "10"]}))
+                      for name in ("kept.zip", "stripped.zip"))
+    for protocol in fair:
+        assert kept["by_protocol"][protocol]["metrics"] == stripped["by_protocol"][protocol]["metrics"], protocol
 
 
 def test_instances_boxes_and_scores_follow_each_family_rule(tmp_path, standins, gt_case):
@@ -401,25 +471,30 @@ def test_predicate_source_rel_labels_separates_a_repeated_query(tmp_path, standi
         convert_one(openpsg, bad, common.Options(predicate_source="rel_labels"))
 
 
-def test_ng_triplets_keep_the_global_top_and_the_top_of_every_predicate():
+def test_ng_triplets_rank_like_openpsg_and_keep_the_top_of_every_predicate():
     rng = np.random.default_rng(5)
     pairs = rng.integers(0, 8, size=(30, 2))
-    pairs[3] = pairs[2]  # a repeated pair: its repeats of (s, o, p) are dropped
-    probabilities = rng.random((30, N_PREDICATES))
-    pair_scores = rng.random(30)
-    got = common.rank_ng(pairs, probabilities, pair_scores, ng_top=100, ng_per_predicate=5)
-    candidates = sorted(((probabilities[r, p] * pair_scores[r], r, p) for r in range(30) for p in range(N_PREDICATES)),
-                        key=lambda t: -t[0])
-    unique = list(dict.fromkeys((int(pairs[r, 0]), int(pairs[r, 1]), p) for _, r, p in candidates))
-    per_predicate = collections.Counter()
-    expected = []
-    for position, triplet in enumerate(unique):
-        if position < 100 or per_predicate[triplet[2]] < 5:
-            expected.append(triplet)
+    pairs[3] = pairs[2]  # a repeated pair: its (s, o, p) come twice, each where it ranks
+    probabilities = rng.random((30, N_PREDICATES)).astype(np.float32)
+    object_scores = rng.random(8).astype(np.float32)
+    got = [tuple(t) for t in common.rank_ng(pairs, probabilities, object_scores, ng_top=100,
+                                             ng_per_predicate=5).tolist()]
+    # OpenPSG's score, float32: (subject score x object score) x probability
+    candidates = sorted((((object_scores[pairs[r, 0]] * object_scores[pairs[r, 1]]) * probabilities[r, p]), r, p)
+                        for r in range(30) for p in range(N_PREDICATES))
+    candidates.sort(key=lambda t: -t[0])  # stable: row, then predicate on ties
+    ranked = [(int(pairs[r, 0]), int(pairs[r, 1]), p) for _, r, p in candidates]
+    unique = list(dict.fromkeys(ranked))
+    prefix_end = ranked.index(unique[100])  # the 101st distinct triplet
+    per_predicate = collections.Counter(t[2] for t in unique[:100])
+    tail = []
+    for triplet in unique[100:]:
+        if per_predicate[triplet[2]] < 5:
+            tail.append(triplet)
         per_predicate[triplet[2]] += 1
-    assert [tuple(t) for t in got.tolist()] == expected
-    assert len(expected) == 100 + sum(max(0, 5 - collections.Counter(t[2] for t in unique[:100])[p])
-                                      for p in range(N_PREDICATES))
+    assert got == ranked[:prefix_end] + tail
+    assert len(got) > len(set(got[:prefix_end])) == 100  # repeats kept in the prefix
+    assert list(dict.fromkeys(got)) == unique[:100] + tail  # what distinct-triplet protocols read
 
 
 def test_written_members_are_those_of_sgeval_write_predictions(tmp_path, standins, gt_case):
@@ -670,7 +745,7 @@ def test_layout_can_be_forced_and_is_checked(tmp_path, standins, gt_case):
     summary = openpsg.convert(str(path), str(tmp_path / "o.zip"), gt=gt_case[0], layout="panoptic",
                               predicate_source="rel_labels", ng_top=10, ng_per_predicate=0)
     assert summary["layout:panoptic"] == len(raws)
-    assert all(len(r["ng_triplets"]) <= 10 for r in read_records(tmp_path / "o.zip").values())
+    assert all(len({tuple(t) for t in r["ng_triplets"]}) <= 10 for r in read_records(tmp_path / "o.zip").values())
 
 
 def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
