@@ -16,6 +16,10 @@
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make fuzz               a campaign of generated bad inputs against every reader (FUZZ_S=600 seconds; fuzz/)
+#   make check-openpsg OPENPSG=<path>
+#                           run OpenPSG's own evaluation code (from an OpenPSG git checkout or mirror, pinned commit)
+#                           on generated raw outputs, rewrite tests/data/openpsg/*.zip with its numbers and check that
+#                           sgeval's openpsg protocol gives them (tools/openpsg_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -26,7 +30,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data test eval bench bench-convert fuzz clean distclean
+.PHONY: setup demo demo-data test eval bench bench-convert fuzz check-openpsg clean distclean
 
 setup: $(STAMP)
 
@@ -85,6 +89,15 @@ bench: $(STAMP)
 GB ?= 1,30
 bench-convert: $(STAMP)
 	$(PY) -m bench.convert_bench --gb $(GB)
+
+# OpenPSG's own evaluator as the oracle of the openpsg protocol (tools/openpsg_check/): its own venv, mmdet's
+# and OpenPSG's sources in tools/openpsg_check/build/; regenerates the fixtures of tests/test_openpsg_oracle.py.
+check-openpsg: $(STAMP)
+	@if [ -z "$(OPENPSG)" ]; then \
+	  echo "usage: make check-openpsg OPENPSG=<path>   (an OpenPSG git checkout or mirror holding commit" \
+	       "34b2a892f7441966265e3d60ad01ee8eeae89041, e.g. git clone https://github.com/Jingkang50/OpenPSG)" >&2; \
+	  exit 2; fi
+	OPENPSG="$(OPENPSG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/openpsg_check/run.sh
 
 clean:
 	rm -rf $(DEMO) demo/results.json .pytest_cache

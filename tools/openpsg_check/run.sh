@@ -1,0 +1,12 @@
+#!/bin/sh
+# The whole check (what `make check-openpsg` runs): set up OpenPSG's code (setup.sh), regenerate
+# tests/data/openpsg/*.zip with OpenPSG's own numbers (make_fixtures.py), then compare sgeval's
+# openpsg protocol with them (tests/test_openpsg_oracle.py). Exits non-zero on any mismatch.
+# Usage: OPENPSG=<OpenPSG checkout or git mirror> tools/openpsg_check/run.sh
+#        (SGEVAL_PYTHON: the Python with sgeval's requirements, default the repository's .venv/bin/python)
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+"$HERE/setup.sh"
+"$HERE/build/venv/bin/python" "$HERE/make_fixtures.py" --out "$ROOT/tests/data/openpsg"
+cd "$ROOT" && "${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q tests/test_openpsg_oracle.py

@@ -1,0 +1,58 @@
+#!/bin/sh
+# Set up build/ (git-ignored) for OpenPSG's own evaluation code, idempotently:
+#   build/venv/        Python with torch (CPU), terminaltables and sgeval's requirements
+#   build/downloads/   the mmdet 2.20.0 wheel (pip download --no-deps, sha256 checked); nothing is installed from it
+#   build/mmdet_src/   the two files of it that OpenPSG's evaluation imports
+#   build/openpsg_src/ OpenPSG's openpsg/ package at the pinned commit, from OPENPSG (git dir or work tree)
+# Usage: OPENPSG=<OpenPSG checkout or git mirror> tools/openpsg_check/setup.sh   (PYTHON=python3.11 by default)
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=$HERE/build
+COMMIT=34b2a892f7441966265e3d60ad01ee8eeae89041
+WHEEL=mmdet-2.20.0-py3-none-any.whl
+WHEEL_SHA256=4d4876debd0e3dd76bcdd01439cbf1a1997d6f0d57f6d434fe9712878d87c5c1
+# torch: the CPU-only build (PyPI's default torch pulls in the CUDA libraries); override with TORCH=...
+TORCH=${TORCH:-torch==2.13.0+cpu}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+
+if [ -z "${OPENPSG:-}" ]; then
+    echo "setup.sh: OPENPSG=<path> is required: an OpenPSG checkout or git mirror holding commit $COMMIT" >&2
+    exit 2
+fi
+GIT_DIR=$(git -C "$OPENPSG" rev-parse --absolute-git-dir 2>/dev/null) || GIT_DIR=
+if [ -z "$GIT_DIR" ] || ! git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
+    echo "setup.sh: $OPENPSG is not a git repository holding OpenPSG's commit $COMMIT" \
+         "(clone https://github.com/Jingkang50/OpenPSG, or git fetch it there)" >&2
+    exit 2
+fi
+mkdir -p "$BUILD"
+
+# The venv: (re)installed when setup.sh or sgeval's requirements are newer than its stamp.
+STAMP=$BUILD/venv/.installed
+[ -x "$BUILD/venv/bin/python" ] || "$PYTHON" -m venv "$BUILD/venv"
+if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
+    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q "$TORCH" terminaltables==3.1.10 \
+        -r "$ROOT/requirements.txt"
+    touch "$STAMP"
+fi
+
+# mmdet 2.20.0: iou2d_calculator.py (bbox_overlaps, as OpenPSG calls it) and core/evaluation/bbox_overlaps.py.
+[ -f "$BUILD/downloads/$WHEEL" ] || "$BUILD/venv/bin/pip" download --disable-pip-version-check -q --no-deps \
+    mmdet==2.20.0 -d "$BUILD/downloads"
+echo "$WHEEL_SHA256  $BUILD/downloads/$WHEEL" | sha256sum -c --quiet -
+rm -rf "$BUILD/mmdet_src" "$BUILD/openpsg_src"
+mkdir -p "$BUILD/mmdet_src" "$BUILD/openpsg_src"
+"$BUILD/venv/bin/python" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], sys.argv[3:])' \
+    "$BUILD/downloads/$WHEEL" "$BUILD/mmdet_src" mmdet/core/bbox/iou_calculators/iou2d_calculator.py \
+    mmdet/core/evaluation/bbox_overlaps.py
+
+# OpenPSG's openpsg/ package, as committed (nothing of it is edited).
+git --git-dir="$GIT_DIR" archive -o "$BUILD/openpsg.tar" --prefix=openpsg/ "$COMMIT:openpsg"
+tar -x -C "$BUILD/openpsg_src" -f "$BUILD/openpsg.tar" && rm "$BUILD/openpsg.tar"
+for f in evaluation/__init__.py evaluation/sgg_eval.py evaluation/sgg_metrics.py evaluation/sgg_eval_util.py \
+         datasets/psg.py models/relation_heads/approaches/relation_util.py; do
+    [ -s "$BUILD/openpsg_src/openpsg/$f" ] || { echo "setup.sh: openpsg/$f is missing at $COMMIT" >&2; exit 1; }
+done
+"$BUILD/venv/bin/python" -c "import torch, numpy; print('openpsg_check: torch', torch.__version__, \
+'numpy', numpy.__version__, '- OpenPSG $COMMIT')"
