@@ -138,8 +138,8 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   instances absorbed and dropped by the SingleMPO merge, and relations that repeat a node pair
   after the merge (what SingleMPO's graph constraint removes). ``audit: false`` leaves it out, and
   then ``unique`` / ``multimpo`` skip decoding masks whose category is absent from the GT image.
-* An evaluated image without a prediction record counts with zero hits; records for images that
-  are not evaluated are ignored and counted as ``extra_predictions``.
+* An evaluated image without a prediction record counts with zero hits (``openpsg``: left out);
+  records for images that are not evaluated are ignored and counted as ``extra_predictions``.
 
 Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
 masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.

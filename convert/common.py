@@ -52,7 +52,8 @@ Per-image rules (``convert_image``; each family picks the ``Rules``, see convert
   tight box of the mask (x_min, y_min, x_max + 1, y_max + 1; zeros for an empty mask); score =
   ``refine_bboxes[:, 4]`` when the rules allow it, aligned and not all zero, else no score.
 * Empty results (no instances, or the one-stage placeholder: a single all-ones mask with label 1
-  and no pairs) become records with no instances and no triplets: the image counts with zero hits.
+  and no pairs) become records with no instances and no triplets: the image counts with zero hits
+  (``openpsg``, as OpenPSG, leaves it out).
 
 Masks are written by ``sgeval.write_predictions`` (1-bit deflate TIFF pages), image by image;
 the output is validated with sgeval's own reader (every TIFF's page count and size) before it
@@ -713,7 +714,7 @@ class Options:
 
 
 def empty_result():
-    """(record, masks, notes) of an image without predictions: it counts with zero hits."""
+    """(record, masks, notes) of an image without predictions (zero hits; openpsg leaves it out)."""
     return {"instances": [], "triplets": [], "ng_triplets": []}, None, collections.Counter(images=1, empty=1)
 
 
