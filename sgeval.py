@@ -98,8 +98,8 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   category of s and o and IoU >= ``iou_threshold`` with them (many-to-many: one row can hit
   several GT triplets, a GT instance can be hit by several predictions). R@k / mR@k: the first k
   rows of ``triplets`` as written, repeats and self-pairs taking their slots. ngR@k / mNgR@k: the
-  first k rows of ``ng_triplets`` as written (OpenPSG's ranking is what the converters write;
-  OpenPSG computes them in box mode only). Box IoU as mmdet's ``bbox_overlaps``: float32, no +1,
+  first min(k, 100) rows of ``ng_triplets`` as written (OpenPSG's ranking is what the converters
+  write; OpenPSG keeps 100 and computes them in box mode only). Box IoU as mmdet's ``bbox_overlaps``: float32, no +1,
   union at least 1e-6, compared with the threshold in float32. A record without triplets (and a
   missing record) is left out of every mean, GT included (``images_left_out``); absent predicates
   count 0 and means are per image, whatever ``absent_predicates`` and ``aggregation`` say. sgeval
@@ -108,6 +108,13 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   GT instance is matched when some prediction meets the IoU); PRank (the number of other
   predicates on rows of ``ng_triplets`` hitting the GT pair before the first row hitting the
   triplet); zR, ngzR; IMR / wIMR (the rows of ``ng_triplets`` with the predicate, as written).
+* ``sgb``: Scene-Graph-Benchmark's VG evaluation (``maskrcnn_benchmark/data/datasets/evaluation/
+  vg/sgg_eval.py``), SGDet. As ``openpsg``, except: box IoU as its ``boxlist_iou``, float32 with
+  the +1 pixel convention (w = x2 - x1 + 1), inter / ((GT area + predicted area) - inter); every
+  relation row of the GT file counts, duplicates included, in hits and denominators (the other
+  protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
+  with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
+  with mask IoU.
 * Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
   predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
   ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
@@ -185,9 +192,11 @@ log = logging.getLogger("sgeval")
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR")
-PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg")
+PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
 # A protocol that reproduces a tool brings the tool's aggregation rules, whatever the config says.
-PROTOCOL_RULES = {"openpsg": {"absent_predicates": "zero", "aggregation": "per_image"}}
+PROTOCOL_RULES = dict.fromkeys(("openpsg", "sgb"), {"absent_predicates": "zero", "aggregation": "per_image"})
+PROTOCOL_TOOLS = {"openpsg": "OpenPSG", "sgb": "Scene-Graph-Benchmark"}  # whose rules PROTOCOL_RULES are
+LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
 
@@ -220,15 +229,15 @@ class Config:
     pred: str = ""  # predictions: .json, .zip or directory
     train_gt: str | None = None  # training annotations (default: gt's non-test images)
     zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
-    protocol: str = "unique"  # unique | singlempo | multimpo | openpsg: the headline protocol
+    protocol: str = "unique"  # unique | singlempo | multimpo | openpsg | sgb: the headline protocol
     protocols: tuple = ()  # more protocols evaluated side by side in the same run
     k: tuple = ("20", "50", "100", "x1", "x10")  # absolute or relative ("x10") cut-offs
     imr_k: tuple = ("10", "20", "50")  # cut-offs per predicate for IMR / wIMR
     metrics: tuple = METRIC_FAMILIES  # metric families to report
     iou_threshold: float = 0.5  # a match needs IoU >= this
     wimr_tau: float = 0.5  # wIMR weight softness (0 = IMR)
-    absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (not openpsg)
-    aggregation: str = "per_image"  # per_image | pooled (openpsg: always per_image)
+    absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (openpsg, sgb: zero)
+    aggregation: str = "per_image"  # per_image | pooled (openpsg, sgb: always per_image)
     per_predicate: bool = False  # print the per-predicate table
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
     workers: int = 1  # processes decoding and matching images
@@ -343,7 +352,8 @@ def load_config(path=None, **overrides):
 
 @dataclasses.dataclass
 class GTImage:
-    """One evaluated GT image. relations: (R, 3) int64 [s, o, p], duplicates removed."""
+    """One evaluated GT image. relations: (R, 3) int64 [s, o, p], duplicates removed; file_rows:
+    the relation of each row of the file, duplicates included (what the sgb protocol counts)."""
 
     image_id: str
     height: int
@@ -353,6 +363,7 @@ class GTImage:
     categories: np.ndarray  # (G,) int64
     boxes: np.ndarray  # (G, 4) float64
     relations: np.ndarray  # (R, 3) int64
+    file_rows: np.ndarray  # (R_file,) int64 index into relations, in file order
     zeroshot: np.ndarray | None = None  # (R,) bool: triplet type unseen in training (set by evaluate)
 
 
@@ -496,8 +507,8 @@ def read_gt(gt_path, seg_root=None):
         _check_indices(relations, "relation", [len(categories)] * 2 + [len(predicates)],
                        ["segment", "segment", "predicate"], where, problems)
         # duplicate relations dropped (keys in range unless a problem was just reported)
-        first = _first_occurrences((relations[:, 0] * len(categories) + relations[:, 1]) * len(predicates)
-                                   + relations[:, 2])
+        first, file_rows = _distinct_rows((relations[:, 0] * len(categories) + relations[:, 1]) * len(predicates)
+                                          + relations[:, 2])
         seg_path = None
         if seg_root is not None:
             if not isinstance(entry.pan_seg_file_name, str):
@@ -510,7 +521,7 @@ def read_gt(gt_path, seg_root=None):
                 problems.append(f"{seg_path}: image {entry.image_id}: panoptic PNG not found "
                                 f"(field 'pan_seg_file_name' under {seg_root})")
         images.append(GTImage(entry.image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories,
-                              boxes, relations[first]))
+                              boxes, relations[first], file_rows))
     listed = {entry.image_id for entry in data["data"] if isinstance(entry, _Entry)}
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
@@ -1478,6 +1489,22 @@ def mmdet_box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
+def sgb_box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
+    """IoU (P, G) as Scene-Graph-Benchmark computes it (boxlist_iou): float32 throughout, the +1
+    pixel convention for widths, heights and areas, inter / ((GT area + predicted area) - inter);
+    -1 where categories differ (an empty union gives NaN, which never matches)."""
+    gt, pred = np.asarray(gt_box_G4, np.float32)[:, None], np.asarray(pred_box_P4, np.float32)[None]
+    one = np.float32(1)
+    area_gt = (gt[..., 2] - gt[..., 0] + one) * (gt[..., 3] - gt[..., 1] + one)
+    area_pred = (pred[..., 2] - pred[..., 0] + one) * (pred[..., 3] - pred[..., 1] + one)
+    wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]) + one,
+                    np.float32(0))
+    inter = wh[..., 0] * wh[..., 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = inter / (area_gt + area_pred - inter)
+    return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
+
+
 @numba.njit(cache=_JIT_CACHE)
 def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
     """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
@@ -1518,6 +1545,16 @@ def k_values(k_labels, n_relations):
         k, relative = parse_k(label)
         values.append(max(1, math.floor(min(k * n_relations + 0.5, 2 ** 62))) if relative else min(k, 2 ** 62))
     return values
+
+
+def _distinct_rows(keys_N):
+    """(the indices of the first occurrence of every key in sequence order, the position of each
+    entry's key among those first occurrences)."""
+    first_index, inverse = np.unique(keys_N, return_index=True, return_inverse=True)[1:]
+    order = np.argsort(first_index, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return first_index[order], rank[inverse.reshape(-1)]
 
 
 def _first_occurrences(keys_N):
@@ -1580,21 +1617,24 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
 
 
 def openpsg_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates):
-    """image_counts under OpenPSG's rules: the rows of triplets and ng_triplets as written,
-    matched many-to-many (triplet_hits); ok_PG: (P, G) bool, IoU >= threshold, same category."""
+    """image_counts under OpenPSG's (and Scene-Graph-Benchmark's) rules: the rows of triplets and
+    ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
+    entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
     ks = k_values(k_labels, len(relations_R3))
     first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(ks), n_predicates)
     first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
     return _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
-                         first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2])
+                         first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
+                         [min(k, LEGACY_NG_LIST) for k in ks])
 
 
 def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
-                  prank_R, ng_predicates_M):
+                  prank_R, ng_predicates_M, ng_ks=None):
     """The count fields from where each GT triplet is found: first_gc_R / first_ng_R its position
     in the GC / NG selection, first_pair_R that of its pair in the GC selection (-1 = not found),
     prank_R its PRank rank (-1 = undefined); matched_G the GT instances matched; ng_predicates_M
-    the predicates of the NG list IMR walks (its position within its predicate is IMR's rank)."""
+    the predicates of the NG list IMR walks (its position within its predicate is IMR's rank);
+    ng_ks: the cut-offs of the NG selection (default ks)."""
     predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
     gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
     first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
@@ -1608,7 +1648,7 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
     def hit_masks(first, cutoffs):
         return [(first >= 0) & (first < k) for k in cutoffs]
 
-    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks)
+    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks if ng_ks is None else ng_ks)
     per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
     return {
         "gt_rel": np.bincount(predicate, minlength=C),
@@ -1769,7 +1809,7 @@ def evaluate_image(task):
 
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = count(np.zeros(0, np.int64), _NO_TRIPLETS, _NO_TRIPLETS)
-        counts = {protocol: left_out_counts(settings) if protocol == "openpsg" else empty
+        counts = {protocol: left_out_counts(settings) if protocol in PROTOCOL_RULES else empty
                   for protocol in settings.protocols}
         return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [])
     merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
@@ -1785,8 +1825,8 @@ def evaluate_image(task):
         return ImageResult(None, None, error.problems)
     counts = {protocol: count(MATCHERS[protocol](iou, settings.iou_threshold), pred.triplets, pred.ng_triplets,
                               protocol != "multimpo") for protocol in settings.protocols if protocol in MATCHERS}
-    if "openpsg" in settings.protocols:
-        counts["openpsg"] = openpsg_image(gt, pred, iou, settings)
+    for protocol in PROTOCOL_RULES.keys() & set(settings.protocols):
+        counts[protocol] = legacy_image(protocol, gt, pred, iou, settings)
     if not merging:
         return ImageResult(counts, None, [])
     merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols)
@@ -1800,16 +1840,21 @@ def evaluate_image(task):
                        audit_counts(pred, merge, gt.width) if settings.audit else None, [])
 
 
-def openpsg_image(gt, pred, iou, settings):
-    """The openpsg counts of one image: left out without relation rows; in box mode the IoU is
-    mmdet's float32 one, compared in float32."""
+LEGACY_BOX_IOU = {"openpsg": mmdet_box_iou, "sgb": sgb_box_iou}
+
+
+def legacy_image(protocol, gt, pred, iou, settings):
+    """The counts of one image under openpsg or sgb: left out without relation rows; in box mode
+    the tool's own float32 IoU, compared in float32; sgb counts every GT row of the file."""
     if not len(pred.triplets):
         return left_out_counts(settings)
     if settings.mode == "box":
-        ok = mmdet_box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories) >= np.float32(settings.iou_threshold)
+        box_iou_of = LEGACY_BOX_IOU[protocol]
+        ok = box_iou_of(gt.boxes, gt.categories, pred.boxes, pred.categories) >= np.float32(settings.iou_threshold)
     else:
         ok = iou >= settings.iou_threshold
-    return openpsg_counts(gt.relations, gt.zeroshot, ok, pred.triplets, pred.ng_triplets, settings.k,
+    rows = gt.file_rows if protocol == "sgb" else slice(None)
+    return openpsg_counts(gt.relations[rows], gt.zeroshot[rows], ok, pred.triplets, pred.ng_triplets, settings.k,
                           settings.imr_k, settings.n_predicates)
 
 
@@ -2160,7 +2205,7 @@ def format_table(results):
             list(metrics), list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"][key], key), 10, 11)
     for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
         if name in PROTOCOL_RULES:
-            lines.append(f"{name}: OpenPSG's rules: absent predicates count 0, per-image means; "
+            lines.append(f"{name}: {PROTOCOL_TOOLS[name]}'s rules: absent predicates count 0, per-image means; "
                          f"{section['images_left_out']} images without predicted relations left out of every mean")
     if config["per_predicate"] and results["per_predicate"]:
         per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]
@@ -2196,7 +2241,7 @@ def format_table(results):
 @click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol (default unique).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
 @click.option("--compare-protocols", is_flag=True,
-              help="Evaluate unique, singlempo, multimpo and openpsg side by side.")
+              help=f"Evaluate every protocol side by side: {', '.join(PROTOCOLS)}.")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
 @click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")

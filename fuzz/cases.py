@@ -62,8 +62,8 @@ def base_workspace():
                        for image in images[:3]]
         files["pred.zip"] = Path(sgeval.write_predictions(Path(folder) / "pred.zip", predictions)).read_bytes()
     files["config.yaml"] = yaml.safe_dump({"gt": "gt/psg.json", "gt_seg": "gt/panoptic", "pred": "pred.zip",
-                                           "k": [1, 20, "x1"], "protocols": ["singlempo", "multimpo", "openpsg"],
-                                           "workers": 1}).encode()
+                                           "k": [1, 20, "x1"], "workers": 1,
+                                           "protocols": ["singlempo", "multimpo", "openpsg", "sgb"]}).encode()
     raw = [{"labels": np.array(image["categories"]) + 1, "masks": image["masks"],
             "rel_pair_idxes": np.array(image["relations"])[:, :2],
             "rel_dists": np.eye(len(PREDICATES) + 1, dtype=np.float32)[np.array(image["relations"])[:, 2] + 1],

@@ -90,7 +90,8 @@ from fractions import Fraction
 import numpy as np
 
 MODES = ("mask", "box")
-PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg")
+PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
+LEGACY = ("openpsg", "sgb")  # rows as written, many-to-many, OpenPSG's / Scene-Graph-Benchmark's aggregation
 MATCHINGS = ("unique", "multimpo")  # singlempo merges first, then matches with "unique"
 ABSENT_RULES = ("skip", "zero")
 AGGREGATIONS = ("per_image", "pooled")
@@ -136,6 +137,19 @@ def mmdet_box_iou(gt_box, pred_box):
     area_pred = (px2 - px1) * (py2 - py1)
     overlap = max(min(gx2, px2) - max(gx1, px1), f(0)) * max(min(gy2, py2) - max(gy1, py1), f(0))
     return overlap / max(area_gt + area_pred - overlap, f(1e-6))
+
+
+def sgb_box_iou(gt_box, pred_box):
+    """Scene-Graph-Benchmark's box IoU (boxlist_iou): every value and operation in float32, the +1
+    pixel convention, inter / ((GT area + predicted area) - inter)."""
+    f, one = np.float32, np.float32(1)
+    gx1, gy1, gx2, gy2 = (f(v) for v in gt_box)
+    px1, py1, px2, py2 = (f(v) for v in pred_box)
+    area_gt = (gx2 - gx1 + one) * (gy2 - gy1 + one)
+    area_pred = (px2 - px1 + one) * (py2 - py1 + one)
+    inter = max(min(gx2, px2) - max(gx1, px1) + one, f(0)) * max(min(gy2, py2) - max(gy1, py1) + one, f(0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (area_gt + area_pred - inter)
 
 
 def mask_iou(a, b):
@@ -468,7 +482,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short"):
         record[family] = {}
 
-    if protocol == "openpsg":
+    if protocol in LEGACY:
         threshold = np.float32(iou_threshold) if mode == "box" else iou_threshold
 
         def ok(m, g):
@@ -476,10 +490,13 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
                 return False
             if mode == "mask":
                 return mask_iou(pred_masks[m], gt_masks[g]) >= threshold
-            return mmdet_box_iou(gt_boxes[g], pred_boxes[m]) >= threshold
+            box_iou_of = mmdet_box_iou if protocol == "openpsg" else sgb_box_iou
+            return box_iou_of(gt_boxes[g], pred_boxes[m]) >= threshold
 
-        return openpsg_record(record, gt, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
-                              zero_shot)
+        # OpenPSG removes duplicate GT rows (as G does); Scene-Graph-Benchmark counts every row of the file
+        gt_rows = sorted(gt) if protocol == "openpsg" else [tuple(int(v) for v in r) for r in image["relations"]]
+        return legacy_record(record, gt_rows, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
+                             zero_shot)
     if protocol == "singlempo":
         # The matched units are the nodes: their claimed pixels (or creator's box) and category.
         node_categories = [pred_categories[i] for i in creators]
@@ -558,40 +575,53 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     return record
 
 
-def openpsg_record(record, gt, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot):
-    """Fill `record` under OpenPSG's rules: rows as written (no graph constraint, repeats and
-    self-pairs kept), and a row hits a GT triplet (s, o, p) when its predicate is p and ok(row
-    subject, s) and ok(row object, o) both hold (many-to-many). `ok(m, g)`: same category and
-    IoU >= threshold. Left out (no counts at all) when the record has no relation rows."""
+def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot):
+    """Fill `record` under OpenPSG's (openpsg) or Scene-Graph-Benchmark's (sgb) rules: rows as
+    written (no graph constraint, repeats and self-pairs kept), and a row hits a GT row (s, o, p)
+    when its predicate is p and ok(row subject, s) and ok(row object, o) both hold
+    (many-to-many). `gt_rows`: the GT triplets counted, one per row (sgb keeps duplicate rows);
+    `ok(m, g)`: same category and IoU >= threshold; `zero_shot`: the zero-shot GT triplets. ngR and
+    its kin see the first 100 entries of T_ng at most. Left out (no counts at all) when the record
+    has no relation rows."""
     record["left_out"] = not triplets
     if record["left_out"]:
         return record
+    every = range(len(gt_rows))
 
     def hits_pair(row, pair):
         return ok(row[0], pair[0]) and ok(row[1], pair[1])
 
     def hits(rows):
-        return {t for t in gt if any(row[2] == t[2] and hits_pair(row, t) for row in rows)}
+        """Indices of the GT rows some row of `rows` hits."""
+        return {i for i in every if any(row[2] == gt_rows[i][2] and hits_pair(row, gt_rows[i]) for row in rows)}
 
-    gt_pairs = {(s, o) for s, o, _ in gt}
+    def by_predicate(found, among=every):
+        counts = {}
+        for i in among:
+            hit, total = counts.get(gt_rows[i][2], (0, 0))
+            counts[gt_rows[i][2]] = (hit + (i in found), total + 1)
+        return counts
+
+    zero_shot_rows = {i for i in every if gt_rows[i] in zero_shot}
+    gt_pairs = {(s, o) for s, o, _ in gt_rows}
     for k in ks:
-        k_count = resolve_k(k, len(gt))
-        found, found_ng = hits(triplets[:k_count]), hits(triplets_ng[:k_count])
-        record["R"][k] = (len(found), len(gt))
-        record["mR"][k] = _counts_by_predicate(gt, found)
+        k_count = resolve_k(k, len(gt_rows))
+        found, found_ng = hits(triplets[:k_count]), hits(triplets_ng[:min(k_count, 100)])
+        record["R"][k] = (len(found), len(gt_rows))
+        record["mR"][k] = by_predicate(found)
         record["PR"][k] = (sum(1 for pair in gt_pairs if any(hits_pair(row, pair) for row in triplets[:k_count])),
                            len(gt_pairs))
-        record["zR"][k] = (len(zero_shot & found), len(zero_shot))
-        record["ngR"][k] = (len(found_ng), len(gt))
-        record["mNgR"][k] = _counts_by_predicate(gt, found_ng)
-        record["ngzR"][k] = (len(zero_shot & found_ng), len(zero_shot))
+        record["zR"][k] = (len(zero_shot_rows & found), len(zero_shot_rows))
+        record["ngR"][k] = (len(found_ng), len(gt_rows))
+        record["mNgR"][k] = by_predicate(found_ng)
+        record["ngzR"][k] = (len(zero_shot_rows & found_ng), len(zero_shot_rows))
     matched = {g for g in range(n_gt_instances) if any(ok(m, g) for m in range(n_pred))}
     record["InstR"] = (len(matched), n_gt_instances)
-    reachable = {t for t in gt if t[0] in matched and t[1] in matched}
-    record["R@inf"] = (len(reachable), len(gt))
-    record["mR@inf"] = _counts_by_predicate(gt, reachable)
+    reachable = {i for i in every if gt_rows[i][0] in matched and gt_rows[i][1] in matched}
+    record["R@inf"] = (len(reachable), len(gt_rows))
+    record["mR@inf"] = by_predicate(reachable)
     ranks_by_predicate = {}
-    for t in gt:  # PRank: other predicates on the GT pair before the first row that hits t
+    for t in gt_rows:  # PRank: other predicates on the GT pair before the first row that hits t
         first = next((i for i, row in enumerate(triplets_ng) if row[2] == t[2] and hits_pair(row, t)), None)
         if first is not None:
             rank = len({row[2] for row in triplets_ng[:first] if hits_pair(row, t)})
@@ -602,8 +632,7 @@ def openpsg_record(record, gt, triplets, triplets_ng, ok, n_gt_instances, n_pred
         for p in sorted(record["predicates"]):
             with_p = [row for row in triplets_ng if row[2] == p]
             short = short or len(with_p) < int(k)
-            gt_p = {t for t in gt if t[2] == p}
-            counts[p] = (len(gt_p & hits(with_p[:int(k)])), len(gt_p))
+            counts.update(by_predicate(hits(with_p[:int(k)]), [i for i in every if gt_rows[i][2] == p]))
         record["IMR"][k] = counts
         record["imr_short"][k] = short
     return record
@@ -724,8 +753,8 @@ def reference_evaluate(
                        imr_ks, zeroshot_types)
         for image in evaluated
     ]
-    records = [record for record in all_records if not record["left_out"]]  # openpsg leaves some out
-    if protocol == "openpsg":  # OpenPSG's aggregation, whatever was asked
+    records = [record for record in all_records if not record["left_out"]]  # openpsg and sgb leave some out
+    if protocol in LEGACY:  # the tool's aggregation, whatever was asked
         absent_predicates, aggregation = "zero", "per_image"
 
     present = set()

@@ -115,7 +115,8 @@ def test_pack_segments_ignores_alpha_inside_a_run():
 def gt_record(path, height, width, segments, image_id="42"):
     """A GTImage whose panoptic PNG is path (the masks' reader reads nothing else)."""
     return sgeval.GTImage(image_id, height, width, str(path), np.asarray(segments, np.int64),
-                          np.zeros(len(segments), np.int64), np.zeros((len(segments), 4)), np.zeros((0, 3), np.int64))
+                          np.zeros(len(segments), np.int64), np.zeros((len(segments), 4)), np.zeros((0, 3), np.int64),
+                          np.zeros(0, np.int64))
 
 
 def random_ids(rng, height, width):
