@@ -193,9 +193,18 @@ _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR")
 PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
-# A protocol that reproduces a tool brings the tool's aggregation rules, whatever the config says.
-PROTOCOL_RULES = dict.fromkeys(("openpsg", "sgb"), {"absent_predicates": "zero", "aggregation": "per_image"})
-PROTOCOL_TOOLS = {"openpsg": "OpenPSG", "sgb": "Scene-Graph-Benchmark"}  # whose rules PROTOCOL_RULES are
+
+
+class LegacyTool(typing.NamedTuple):
+    """The tool a legacy protocol (rows as written, many-to-many) reproduces, and its box IoU."""
+
+    name: str
+    pixel: int  # added to box widths and heights (Scene-Graph-Benchmark's "+1 pixel")
+    least_union: float | None  # the box IoU's union is at least this (mmdet's eps)
+
+
+LEGACY = {"openpsg": LegacyTool("OpenPSG", 0, 1e-6), "sgb": LegacyTool("Scene-Graph-Benchmark", 1, None)}
+LEGACY_RULES = {"absent_predicates": "zero", "aggregation": "per_image"}  # the tools', whatever the config says
 LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
@@ -1477,31 +1486,23 @@ def first_positions(sequence_keys_N, query_keys_Q):
 MATCHERS = {"unique": match_unique, "multimpo": best_candidates}
 
 
-def mmdet_box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
-    """IoU (P, G) as OpenPSG computes it with mmdet's bbox_overlaps: float32 throughout, no +1,
-    union at least 1e-6, (GT area + predicted area) - overlap; -1 where categories differ."""
+def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
+    """IoU (P, G) as a LegacyTool computes it: float32 throughout, tool.pixel added to widths and
+    heights, inter / ((GT area + predicted area) - inter), the union at least tool.least_union;
+    -1 where categories differ. OpenPSG: mmdet's bbox_overlaps (no +1, union >= 1e-6); sgb:
+    boxlist_iou (+1; an empty union gives NaN, which never matches)."""
     gt, pred = np.asarray(gt_box_G4, np.float32)[:, None], np.asarray(pred_box_P4, np.float32)[None]
-    area_gt = (gt[..., 2] - gt[..., 0]) * (gt[..., 3] - gt[..., 1])
-    area_pred = (pred[..., 2] - pred[..., 0]) * (pred[..., 3] - pred[..., 1])
-    wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]), np.float32(0))
-    overlap = wh[..., 0] * wh[..., 1]
-    iou = overlap / np.maximum(area_gt + area_pred - overlap, np.float32(1e-6))
-    return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
-
-
-def sgb_box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
-    """IoU (P, G) as Scene-Graph-Benchmark computes it (boxlist_iou): float32 throughout, the +1
-    pixel convention for widths, heights and areas, inter / ((GT area + predicted area) - inter);
-    -1 where categories differ (an empty union gives NaN, which never matches)."""
-    gt, pred = np.asarray(gt_box_G4, np.float32)[:, None], np.asarray(pred_box_P4, np.float32)[None]
-    one = np.float32(1)
-    area_gt = (gt[..., 2] - gt[..., 0] + one) * (gt[..., 3] - gt[..., 1] + one)
-    area_pred = (pred[..., 2] - pred[..., 0] + one) * (pred[..., 3] - pred[..., 1] + one)
-    wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]) + one,
+    pixel = np.float32(tool.pixel)
+    area_gt = (gt[..., 2] - gt[..., 0] + pixel) * (gt[..., 3] - gt[..., 1] + pixel)
+    area_pred = (pred[..., 2] - pred[..., 0] + pixel) * (pred[..., 3] - pred[..., 1] + pixel)
+    wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]) + pixel,
                     np.float32(0))
     inter = wh[..., 0] * wh[..., 1]
+    union = area_gt + area_pred - inter
+    if tool.least_union is not None:
+        union = np.maximum(union, np.float32(tool.least_union))
     with np.errstate(divide="ignore", invalid="ignore"):
-        iou = inter / (area_gt + area_pred - inter)
+        iou = inter / union
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
@@ -1616,8 +1617,8 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
                          first_positions(sel_pairs, gt_pairs), first_ng, prank, ng_selected[:, 2])
 
 
-def openpsg_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates):
-    """image_counts under OpenPSG's (and Scene-Graph-Benchmark's) rules: the rows of triplets and
+def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates):
+    """image_counts under OpenPSG's and Scene-Graph-Benchmark's rules: the rows of triplets and
     ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
     entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
     ks = k_values(k_labels, len(relations_R3))
@@ -1809,7 +1810,7 @@ def evaluate_image(task):
 
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = count(np.zeros(0, np.int64), _NO_TRIPLETS, _NO_TRIPLETS)
-        counts = {protocol: left_out_counts(settings) if protocol in PROTOCOL_RULES else empty
+        counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
         return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [])
     merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
@@ -1825,8 +1826,8 @@ def evaluate_image(task):
         return ImageResult(None, None, error.problems)
     counts = {protocol: count(MATCHERS[protocol](iou, settings.iou_threshold), pred.triplets, pred.ng_triplets,
                               protocol != "multimpo") for protocol in settings.protocols if protocol in MATCHERS}
-    for protocol in PROTOCOL_RULES.keys() & set(settings.protocols):
-        counts[protocol] = legacy_image(protocol, gt, pred, iou, settings)
+    counts.update({protocol: legacy_image(protocol, gt, pred, iou, settings)
+                   for protocol in settings.protocols if protocol in LEGACY})
     if not merging:
         return ImageResult(counts, None, [])
     merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols)
@@ -1840,21 +1841,18 @@ def evaluate_image(task):
                        audit_counts(pred, merge, gt.width) if settings.audit else None, [])
 
 
-LEGACY_BOX_IOU = {"openpsg": mmdet_box_iou, "sgb": sgb_box_iou}
-
-
 def legacy_image(protocol, gt, pred, iou, settings):
     """The counts of one image under openpsg or sgb: left out without relation rows; in box mode
     the tool's own float32 IoU, compared in float32; sgb counts every GT row of the file."""
     if not len(pred.triplets):
         return left_out_counts(settings)
     if settings.mode == "box":
-        box_iou_of = LEGACY_BOX_IOU[protocol]
-        ok = box_iou_of(gt.boxes, gt.categories, pred.boxes, pred.categories) >= np.float32(settings.iou_threshold)
+        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
+        ok = iou >= np.float32(settings.iou_threshold)
     else:
         ok = iou >= settings.iou_threshold
     rows = gt.file_rows if protocol == "sgb" else slice(None)
-    return openpsg_counts(gt.relations[rows], gt.zeroshot[rows], ok, pred.triplets, pred.ng_triplets, settings.k,
+    return legacy_counts(gt.relations[rows], gt.zeroshot[rows], ok, pred.triplets, pred.ng_triplets, settings.k,
                           settings.imr_k, settings.n_predicates)
 
 
@@ -2127,8 +2125,8 @@ def build_results(config, gt, counted, predicate_pairs):
     present = gt_rel > 0
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        rules = {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation,
-                 **PROTOCOL_RULES.get(protocol, {})}
+        rules = dict(LEGACY_RULES) if protocol in LEGACY else \
+            {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
         metrics, per_predicate = aggregate(store, config.k, config.imr_k, config.metrics, rules["absent_predicates"],
                                            rules["aggregation"], predicate_pairs, config.wimr_tau)
         by_protocol[protocol] = {
@@ -2204,8 +2202,8 @@ def format_table(results):
         lines += ["protocol comparison (same predictions, same GT):"] + _grid(
             list(metrics), list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"][key], key), 10, 11)
     for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
-        if name in PROTOCOL_RULES:
-            lines.append(f"{name}: {PROTOCOL_TOOLS[name]}'s rules: absent predicates count 0, per-image means; "
+        if name in LEGACY:
+            lines.append(f"{name}: {LEGACY[name].name}'s rules: absent predicates count 0, per-image means; "
                          f"{section['images_left_out']} images without predicted relations left out of every mean")
     if config["per_predicate"] and results["per_predicate"]:
         per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]

@@ -71,7 +71,7 @@ def test_images_without_relation_rows_are_left_out_and_absent_predicates_count_z
 
 
 def test_sgb_box_iou_against_float32_arithmetic():
-    """sgb_box_iou = the float32 formula with +1, element by element, on random float boxes."""
+    """legacy_box_iou for sgb = the float32 formula with +1, element by element, on random float boxes."""
     import sgeval
     from reference import sgb_box_iou as reference_iou
 
@@ -79,7 +79,8 @@ def test_sgb_box_iou_against_float32_arithmetic():
     gt = rng.uniform(0, 20, (7, 4))
     gt[:, 2:] = gt[:, :2] + rng.uniform(0, 10, (7, 2))
     pred = np.vstack([gt + rng.normal(0, 1e-5, gt.shape), rng.uniform(0, 20, (5, 4))])
-    iou = sgeval.sgb_box_iou(gt, np.zeros(7, np.int64), pred, np.r_[np.zeros(11, np.int64), 1])
+    iou = sgeval.legacy_box_iou(sgeval.LEGACY["sgb"], gt, np.zeros(7, np.int64), pred,
+                                np.r_[np.zeros(11, np.int64), 1])
     assert iou.dtype == np.float32 and (iou[11] == -1).all()
     assert all(np.array_equal(iou[p, g], reference_iou(gt[g], pred[p]), equal_nan=True)
                for p in range(11) for g in range(7))
