@@ -1,6 +1,7 @@
 """Regenerate sgeval's OpenPSG fixtures, tests/data/openpsg/<kind>-<seed>.zip, with OpenPSG's own numbers.
 
-    build/venv/bin/python make_fixtures.py [--out DIR]   (default: the repository's tests/data/openpsg)
+    tools/openpsg_check/build/venv/bin/python -m tools.openpsg_check.make_fixtures [--out DIR]
+    (from the repository root; default --out: tests/data/openpsg)
 
 For each fixture, make_raw.generate writes the GT and raw results (build/data/<name>/; every
 special case of make_raw.CASES present), oracle.score gives OpenPSG's numbers in pan_seg and bbox
@@ -19,9 +20,7 @@ from pathlib import Path
 
 import torch
 
-import make_raw
-import openpsg_env
-import oracle
+from tools.openpsg_check import make_raw, openpsg_env, oracle
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = {"one-stage-0": ("one-stage", 0, 16), "two-stage-0": ("two-stage", 0, 24)}  # name: kind, seed, images

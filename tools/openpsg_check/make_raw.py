@@ -1,6 +1,7 @@
 """Write a synthetic PSG GT and raw OpenPSG results that exercise every rule of OpenPSG's evaluation.
 
-    build/venv/bin/python make_raw.py --seed S --out DIR [--kind one-stage|two-stage] [--images 60]
+    tools/openpsg_check/build/venv/bin/python -m tools.openpsg_check.make_raw --seed S --out DIR
+        [--kind one-stage|two-stage] [--images 60]   (from the repository root)
 
 DIR/psg.json and DIR/panoptic/ (tools/synth.py of the sgeval repo: 80 things, 53 stuff, 56
 predicates), DIR/raw/0.npz ... N-1.npz (one Result per evaluated GT image, in psg.json order; the
@@ -38,10 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import openpsg_env
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the sgeval repository
-from tools import synth  # noqa: E402
+from tools import synth
+from tools.openpsg_check import openpsg_env
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
 KS = (20, 50, 100)

@@ -125,7 +125,6 @@ def _install():
     _module("panopticapi")
     _module("panopticapi.utils", rgb2id=_rgb2id)
 
-    sys.path.insert(0, str(OPENPSG))
     importlib.import_module("openpsg.evaluation.sgg_eval")  # the real package (openpsg/__init__.py is empty)
 
     # openpsg.models and openpsg.datasets: their __init__ files import the models; load only the

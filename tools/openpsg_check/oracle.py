@@ -1,6 +1,6 @@
 """Score predictions with OpenPSG's own sgdet evaluation (the reference for sgeval's openpsg protocol).
 
-    build/venv/bin/python oracle.py --gt psg.json --gt-seg PANOPTIC_ROOT --method pan_seg|bbox \
+    tools/openpsg_check/build/venv/bin/python -m tools.openpsg_check.oracle --gt psg.json --gt-seg PANOPTIC_ROOT --method pan_seg|bbox \
         (--raw DIR | --pred PRED.zip) --out numbers.json [--quiet]
 
 The GT is built by OpenPSG's PanopticSceneGraphDataset itself (psg.py: __init__, get_ann_info and
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-import openpsg_env
+import sgeval
+from tools.openpsg_check import openpsg_env
 
 ROOT = Path(__file__).resolve().parents[2]  # the sgeval repository
 KS = (20, 50, 100)
@@ -48,8 +49,6 @@ def raw_results(ns, directory, n):
 
 
 def pred_results(ns, pred, gt, gt_seg, dataset, method):
-    sys.path.insert(0, str(ROOT))
-    import sgeval
     truth = sgeval.read_gt(gt, gt_seg if method == "pan_seg" else None)
     problems = []
     source, records = sgeval.prediction_records(pred, len(truth.object_classes), len(truth.predicate_classes),

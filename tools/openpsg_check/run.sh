@@ -8,5 +8,6 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 "$HERE/setup.sh"
-"$HERE/build/venv/bin/python" "$HERE/make_fixtures.py" --out "$ROOT/tests/data/openpsg"
-cd "$ROOT" && "${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q tests/test_openpsg_oracle.py
+cd "$ROOT"
+"$HERE/build/venv/bin/python" -m tools.openpsg_check.make_fixtures --out tests/data/openpsg
+"${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q tests/test_openpsg_oracle.py

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Set up build/ (git-ignored) for OpenPSG's own evaluation code, idempotently:
-#   build/venv/        Python with torch (CPU), terminaltables and sgeval's requirements
+#   build/venv/        Python with torch (CPU), terminaltables, sgeval's requirements and sgeval itself
+#                      (pip install -e), and build/openpsg_src on its path (a .pth file)
 #   build/downloads/   the mmdet 2.20.0 wheel (pip download --no-deps, sha256 checked); nothing is installed from it
 #   build/mmdet_src/   the two files of it that OpenPSG's evaluation imports
 #   build/openpsg_src/ OpenPSG's openpsg/ package at the pinned commit, from OPENPSG (git dir or work tree)
@@ -31,9 +32,13 @@ mkdir -p "$BUILD"
 # The venv: (re)installed when setup.sh or sgeval's requirements are newer than its stamp.
 STAMP=$BUILD/venv/.installed
 [ -x "$BUILD/venv/bin/python" ] || "$PYTHON" -m venv "$BUILD/venv"
-if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
+        || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
     "$BUILD/venv/bin/pip" install --disable-pip-version-check -q "$TORCH" terminaltables==3.1.10 \
         -r "$ROOT/requirements.txt"
+    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q --no-deps -e "$ROOT"
+    SITE=$("$BUILD/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$BUILD/openpsg_src" > "$SITE/openpsg_check.pth"  # `import openpsg` finds the extracted package
     touch "$STAMP"
 fi
 
