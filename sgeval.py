@@ -191,8 +191,11 @@ log = logging.getLogger("sgeval")
 # Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
-METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR")
+METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
+DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
 PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
+TASKS = ("sgdet", "sgcls", "predcls")  # what the model was given: nothing, the GT boxes, the GT boxes and labels
+BOX_TOLERANCE = 1.0  # sgcls / predcls: a predicted box is the GT's when every coordinate is within this (pixels)
 
 
 class LegacyTool(typing.NamedTuple):
@@ -240,11 +243,13 @@ class Config:
     zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
     protocol: str = "unique"  # unique | singlempo | multimpo | openpsg | sgb: the headline protocol
     protocols: tuple = ()  # more protocols evaluated side by side in the same run
+    task: str = "sgdet"  # sgdet | sgcls | predcls: sgcls / predcls instances are the GT's, in GT order
     k: tuple = ("20", "50", "100", "x1", "x10")  # absolute or relative ("x10") cut-offs
     imr_k: tuple = ("10", "20", "50")  # cut-offs per predicate for IMR / wIMR
-    metrics: tuple = METRIC_FAMILIES  # metric families to report
+    metrics: tuple = DEFAULT_METRICS  # metric families to report
     iou_threshold: float = 0.5  # a match needs IoU >= this
     wimr_tau: float = 0.5  # wIMR weight softness (0 = IMR)
+    predicate_groups: str | None = None  # head / body / tail mR: frequency | pysgg-vg150 | a JSON/YAML file
     absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (openpsg, sgb: zero)
     aggregation: str = "per_image"  # per_image | pooled (openpsg, sgb: always per_image)
     per_predicate: bool = False  # print the per-predicate table
@@ -253,7 +258,7 @@ class Config:
     output: str | None = None  # JSON results file
 
 
-_CHOICES = {"protocol": PROTOCOLS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
+_CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
 
 
 _K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # ASCII digits only
@@ -323,8 +328,9 @@ def make_config(values, source="config"):
     problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
                  if not isinstance(merged[key], bool)]
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
-                       for key in ("gt_seg", "train_gt", "zeroshot_triplets", "output")},
+                       for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output")},
                     gt=str(merged["gt"]), pred=str(merged["pred"]), protocol=merged["protocol"], **lists,
+                    task=merged["task"],
                     k=_k_labels("k", merged["k"], True, source, problems),
                     imr_k=_k_labels("imr_k", merged["imr_k"], False, source, problems),
                     iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0, 1, source, problems, True),
@@ -563,10 +569,17 @@ def _load_annotations(path, keys, what="JSON"):
     return data
 
 
+class Training(typing.NamedTuple):
+    """Statistics of the training split."""
+
+    types: set  # (subject category, object category, predicate) triplet types
+    pairs: np.ndarray  # (C,) distinct (subject category, object category) pairs per predicate: wIMR's n_p
+    relations: np.ndarray  # (C,) relation rows per predicate (duplicates included): frequency groups
+
+
 def training_statistics(entries, n_objects, n_predicates, path, problems):
-    """Training split statistics of data entries: (set of (subject category, object category,
-    predicate) triplet types, (C,) distinct (subject category, object category) pairs per predicate)."""
-    types = set()
+    """The Training statistics of data entries."""
+    types, relations = set(), np.zeros(n_predicates, np.int64)
     for index, entry in enumerate(entries):
         if not isinstance(entry, _Entry):
             problems.append(f"{path}: field 'data' must hold objects with an 'image_id'; data[{index}] is not one")
@@ -586,10 +599,11 @@ def training_statistics(entries, n_objects, n_predicates, path, problems):
             rows = rows[(rows >= 0).all(axis=1) & (rows[:, :2] < len(categories)).all(axis=1)
                         & (rows[:, 2] < n_predicates)]
         types.update(zip(categories[rows[:, 0]].tolist(), categories[rows[:, 1]].tolist(), rows[:, 2].tolist()))
+        relations += np.bincount(rows[:, 2], minlength=n_predicates)
     pairs = np.zeros(n_predicates, np.int64)
     for p, count in collections.Counter(p for _, _, p in types).items():
         pairs[p] = count
-    return types, pairs
+    return Training(types, pairs, relations)
 
 
 def read_training(path, n_objects, n_predicates):
@@ -1667,6 +1681,7 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
         "z_ng_hits": [np.count_nonzero(m & zeroshot_R) for m in ng],
         "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
         "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
+        "a_hits": np.zeros(len(ks), np.int64),  # set by evaluate_image for sgcls / predcls
     }
 
 
@@ -1676,7 +1691,7 @@ def count_shapes(n_k, n_imr, n_predicates):
     return {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
             "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
             "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
-            "imr_short": (n_imr,)}
+            "imr_short": (n_imr,), "a_hits": (n_k,)}
 
 
 AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
@@ -1730,6 +1745,7 @@ class Settings(typing.NamedTuple):
     imr_k: tuple
     n_predicates: int
     audit: bool
+    task: str = "sgdet"
 
 
 class ImageTask(typing.NamedTuple):
@@ -1747,6 +1763,7 @@ class ImageResult(typing.NamedTuple):
     counts: dict | None  # {protocol: image_counts()}; None after a problem
     audit: list | None  # AUDIT_FIELDS counts; None when the audit is off or after a problem
     problems: list  # one line per problem with the image's files
+    check: list  # CHECK_FIELDS counts
 
 
 class Masks(typing.NamedTuple):
@@ -1800,60 +1817,118 @@ def merge_prediction(pred, masks, width, keep_nodes):
     return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of))
 
 
+CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_count_differs", "boxes_differ",
+                "labels_differ")  # per image, whatever the protocol: the task check and the list-shape warnings
+
+
+def task_instances(gt, pred, task):
+    """The prediction the protocols match under the task, and its CHECK_FIELDS counts. predcls:
+    the GT's categories and boxes, scores 1 (when the prediction has as many instances as the GT;
+    else it is evaluated as stored, and counted); sgcls and sgdet: as stored."""
+    G, T = len(gt.categories), pred.triplets
+    span = max(len(pred.categories), G, 1)
+    pairs, gt_pairs = T[:, 0] * span + T[:, 1], gt.relations[:, 0] * span + gt.relations[:, 1]
+    same_count = len(pred.categories) == G
+    check = [len(T), np.count_nonzero(np.isin(pairs, gt_pairs)), _repeats(pairs), int(not same_count), 0, 0]
+    if task == "sgdet" or not same_count:
+        return pred, check
+    if pred.boxes is not None:
+        check[4] = int((np.abs(pred.boxes - gt.boxes) > BOX_TOLERANCE).any())
+    if task == "sgcls":
+        return pred, check
+    check[5] = int((pred.categories != gt.categories).any())
+    return dataclasses.replace(pred, categories=gt.categories, boxes=gt.boxes, scores=np.ones(G)), check
+
+
+def gt_masks_as_predictions(gt, threshold):
+    """predcls in mask mode: the GT's masks stand for the predicted ones."""
+    bits = load_gt_masks(gt)
+    boxes = mask_boxes(bits, gt.width)
+    return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
+                                                    threshold))
+
+
+class Matching(typing.NamedTuple):
+    """How one protocol relates an image's predictions to its GT."""
+
+    protocol: str
+    pred_to_gt: np.ndarray | None  # (P,) or (N,) over SingleMPO nodes, -1 = unmatched; None for legacy
+    node_of: np.ndarray | None  # singlempo: (P,) node of each instance, -1 = dropped
+    ok: np.ndarray | None  # legacy: (P, G) bool, IoU >= threshold and same category
+
+
+def protocol_counts(gt, matching, triplets, ng_triplets, settings):
+    """image_counts of one image's triplet lists under one protocol's Matching."""
+    protocol = matching.protocol
+    if protocol in LEGACY:
+        if not len(triplets):
+            return left_out_counts(settings)
+        rows = gt.file_rows if protocol == "sgb" else slice(None)  # sgb counts every GT row of the file
+        return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
+                             settings.imr_k, settings.n_predicates)
+    if matching.node_of is not None:
+        triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
+    return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
+                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo")
+
+
+def legacy_ok(protocol, gt, pred, iou, settings):
+    """openpsg / sgb: which predictions meet the IoU with which GT instances; in box mode the
+    tool's own float32 IoU, compared in float32."""
+    if settings.mode == "box":
+        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
+        return iou >= np.float32(settings.iou_threshold)
+    return iou >= settings.iou_threshold
+
+
 def evaluate_image(task):
     """One image under every protocol of the run -> ImageResult (a worker's unit of work)."""
     gt, pred, settings = task.gt, task.pred, task.settings
-
-    def count(pred_to_gt, triplets, ng_triplets, graph_constraint=True):
-        return image_counts(gt.relations, gt.zeroshot, len(gt.categories), pred_to_gt, triplets, ng_triplets,
-                            settings.k, settings.imr_k, settings.n_predicates, graph_constraint)
-
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
-        empty = count(np.zeros(0, np.int64), _NO_TRIPLETS, _NO_TRIPLETS)
+        empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
+                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates)
         counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
-        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [])
+        check = [0, 0, 0, int(settings.task != "sgdet" and len(gt.categories) > 0), 0, 0]
+        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], check)
+    pred, check = task_instances(gt, pred, settings.task)
+    as_gt = settings.task == "predcls" and not check[3]
     merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
     masks = None
     try:
         if settings.mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
+        elif as_gt:
+            masks = gt_masks_as_predictions(gt, settings.iou_threshold)
+            iou = masks.iou
         else:  # without merging, only the masks of the GT's categories matter
             needed = None if merging else np.isin(pred.categories, gt.categories)
             masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold)
             iou = masks.iou
     except SGEvalError as error:
-        return ImageResult(None, None, error.problems)
-    counts = {protocol: count(MATCHERS[protocol](iou, settings.iou_threshold), pred.triplets, pred.ng_triplets,
-                              protocol != "multimpo") for protocol in settings.protocols if protocol in MATCHERS}
-    counts.update({protocol: legacy_image(protocol, gt, pred, iou, settings)
-                   for protocol in settings.protocols if protocol in LEGACY})
-    if not merging:
-        return ImageResult(counts, None, [])
-    merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols)
-    if "singlempo" in settings.protocols:
-        node_iou = iou[merge.source] if masks is None else mask_iou(
-            masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, pred.categories[merge.source],
-            mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
-        counts["singlempo"] = count(match_unique(node_iou, settings.iou_threshold), merge.triplets,
-                                    remap_to_nodes(pred.ng_triplets, merge.node_of))
-    return ImageResult({protocol: counts[protocol] for protocol in settings.protocols},
-                       audit_counts(pred, merge, gt.width) if settings.audit else None, [])
+        return ImageResult(None, None, error.problems, check)
+    merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols) if merging else None
+    matchings = [match_protocol(protocol, gt, pred, iou, masks, merge, settings) for protocol in settings.protocols]
+    counts = {m.protocol: protocol_counts(gt, m, pred.triplets, pred.ng_triplets, settings) for m in matchings}
+    if settings.task != "sgdet":  # A@k: the rows on GT pairs (instances are the GT's, by index)
+        pairs_on_gt = np.isin(pred.triplets[:, 0] * len(gt.categories) + pred.triplets[:, 1],
+                              gt.relations[:, 0] * len(gt.categories) + gt.relations[:, 1])
+        for m in matchings:
+            restricted = protocol_counts(gt, m, pred.triplets[pairs_on_gt], _NO_TRIPLETS, settings)
+            counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
+    return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
 
 
-def legacy_image(protocol, gt, pred, iou, settings):
-    """The counts of one image under openpsg or sgb: left out without relation rows; in box mode
-    the tool's own float32 IoU, compared in float32; sgb counts every GT row of the file."""
-    if not len(pred.triplets):
-        return left_out_counts(settings)
-    if settings.mode == "box":
-        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
-        ok = iou >= np.float32(settings.iou_threshold)
-    else:
-        ok = iou >= settings.iou_threshold
-    rows = gt.file_rows if protocol == "sgb" else slice(None)
-    return legacy_counts(gt.relations[rows], gt.zeroshot[rows], ok, pred.triplets, pred.ng_triplets, settings.k,
-                          settings.imr_k, settings.n_predicates)
+def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
+    """The Matching of one protocol from the image's IoU (and, for singlempo, its Merge)."""
+    if protocol in LEGACY:
+        return Matching(protocol, None, None, legacy_ok(protocol, gt, pred, iou, settings))
+    if protocol != "singlempo":
+        return Matching(protocol, MATCHERS[protocol](iou, settings.iou_threshold), None, None)
+    node_iou = iou[merge.source] if masks is None else mask_iou(
+        masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, pred.categories[merge.source],
+        mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
+    return Matching(protocol, match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
 
 
 def left_out_counts(settings):
@@ -1943,12 +2018,23 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
         else:
             out[key] = values[present].sum() / (len(values) if absent_predicates == "zero" else present.sum())
 
+    wanted = set(metrics) | ({"R", "mR"} if "F1" in metrics else set())
     for family, field in (("R", "gc_hits"), ("mR", "gc_hits"), ("ngR", "ng_hits"), ("mNgR", "ng_hits")):
-        for index, label in enumerate(k_labels if family in metrics else ()):
+        for index, label in enumerate(k_labels if family in wanted else ()):
             if family.startswith("m"):
                 m_type(f"{family}@{label}", counts[field][:, index])
             else:
                 out[f"{family}@{label}"] = _r_type(counts[field][:, index].sum(axis=1), n_relations, pooled)
+    for label in k_labels if "F1" in metrics else ():  # harmonic mean of R@k and mR@k
+        recall, mean_recall = out[f"R@{label}"], out[f"mR@{label}"]
+        out[f"F1@{label}"] = 2 * recall * mean_recall / (recall + mean_recall) if recall + mean_recall > 0 else \
+            recall + mean_recall  # 0, or NaN
+    for family in {"R", "mR"} - set(metrics):  # computed for F1 only
+        for label in k_labels if "F1" in metrics else ():
+            out.pop(f"{family}@{label}")
+            per_predicate.pop(f"{family}@{label}", None)
+    for index, label in enumerate(k_labels if "A" in metrics else ()):  # Top@k accuracy, pooled (sgcls / predcls)
+        out[f"A@{label}"] = _r_type(counts["a_hits"][:, index], n_relations, True)
     for index, label in enumerate(k_labels if "PR" in metrics else ()):
         out[f"PR@{label}"] = _r_type(counts["pair_hits"][:, index], counts["gt_pairs"], pooled)
     if "InstR" in metrics:
@@ -1995,9 +2081,11 @@ def evaluate(config, progress=None):
     training = read_training(config.train_gt, n_objects, n_predicates) if config.train_gt else gt.training
     given = read_zeroshot(config.zeroshot_triplets, n_objects, n_predicates) if config.zeroshot_triplets else None
     mark_zeroshot(gt.images, training[0], given)
+    groups = predicate_groups(config.predicate_groups, gt.predicate_classes, training.relations)
     settings = Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
-                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit)
-    results = build_results(config, gt, count_images(config.pred, gt, settings, config.workers, progress), training[1])
+                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task)
+    results = build_results(config, gt, count_images(config.pred, gt, settings, config.workers, progress), training,
+                            groups)
     if config.output:
         write_output(config.output, results)
         log.info("wrote %s", config.output)
@@ -2032,6 +2120,7 @@ class Counted(typing.NamedTuple):
 
     stores: dict  # {protocol: CountStore}, the headline protocol first
     audits: np.ndarray  # (I, len(AUDIT_FIELDS)) int64
+    checks: np.ndarray  # (I, len(CHECK_FIELDS)) int64
     predicted: np.ndarray  # (I,) bool: the image has a prediction record
     extra_predictions: int  # records of images that are not evaluated
 
@@ -2060,6 +2149,7 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
     stores = {protocol: CountStore(len(gt.images), shapes) for protocol in settings.protocols}
     audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
+    checks = np.zeros((len(gt.images), len(CHECK_FIELDS)), np.int64)
     if workers > 1:
         popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
@@ -2071,6 +2161,7 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
                 stores[protocol].put(slot, counts)
             if result.audit is not None:
                 audits[slot] = result.audit
+            checks[slot] = result.check
             if progress:
                 progress(done, len(gt.images))
     finally:
@@ -2079,7 +2170,7 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
-    return Counted(stores, audits, predicted, n_extra)
+    return Counted(stores, audits, checks, predicted, n_extra)
 
 
 def map_in_order(function, items, workers, batch=16):
@@ -2113,12 +2204,78 @@ def _evaluate_slot(item):
     return slot, evaluate_image(task)
 
 
+PREDICATE_GROUP_PRESETS = {
+    # PySGG's default LONGTAIL_PART_DICT (pysgg/config/defaults.py), the split its evaluator reports;
+    # tail: every other predicate. (PySGG's BGNN config and its stage-wise diagnostics use two other splits.)
+    "pysgg-vg150": {"head": ("has", "of", "on", "wearing"),
+                    "body": ("above", "behind", "holding", "in", "in front of", "near", "riding", "sitting on",
+                             "standing on", "under", "wears", "with")},
+}
+FREQUENCY_SHARES = (0.5, 0.9)  # predicate_groups: frequency puts the head / body boundaries at these shares
+
+
+def predicate_groups(spec, names, training_relations, source="config"):
+    """{group name: (indices of its predicates)} for predicate_groups ``spec`` (None: {}):
+    ``frequency``: predicates by training relation count (descending, ties by index); head = the
+    shortest prefix holding FREQUENCY_SHARES[0] of the training relations, body = the predicates
+    after it up to FREQUENCY_SHARES[1], tail = the rest. A preset (PREDICATE_GROUP_PRESETS) names
+    head and body; tail is every other predicate. A JSON or YAML file maps group names to lists
+    of predicate names; a predicate belongs to one group at most."""
+    if spec is None:
+        return {}
+    index = {name: i for i, name in enumerate(names)}
+    if spec == "frequency":
+        counts = np.asarray(training_relations, np.int64)
+        if counts.sum() == 0:
+            raise SGEvalError([f"{source}: predicate_groups: frequency needs training relations (train_gt, or "
+                               f"entries of gt outside test_image_ids)"])
+        order = np.argsort(-counts, kind="stable")
+        before = np.r_[0, np.cumsum(counts[order])[:-1]] / counts.sum()  # share held by the predicates before
+        head, body = (int(np.count_nonzero(before < share)) for share in FREQUENCY_SHARES)
+        return {"head": tuple(order[:head]), "body": tuple(order[head:body]), "tail": tuple(order[body:])}
+    if spec in PREDICATE_GROUP_PRESETS:
+        groups, where = dict(PREDICATE_GROUP_PRESETS[spec]), f"{source}: predicate_groups {spec}"
+        groups["tail"] = [name for name in names if not any(name in group for group in groups.values())]
+    else:
+        where = f"{spec}: predicate_groups file"
+        try:
+            groups = yaml.load(Path(spec).read_text(encoding="utf-8"), Loader=yaml.BaseLoader)  # 'on' stays a name
+        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
+            raise SGEvalError([f"{where}: cannot read the file (or '{spec}' is not frequency or one of "
+                               f"{', '.join(PREDICATE_GROUP_PRESETS)}): {' '.join(str(error).split())}"]) from None
+        if not isinstance(groups, dict) or not all(isinstance(group, list) for group in groups.values()):
+            raise SGEvalError([f"{where}: expected a mapping of group names to lists of predicate names"])
+    problems = [f"{where}: '{name}' is not a predicate of the GT" for group in groups.values() for name in group
+                if name not in index]
+    seen = collections.Counter(name for group in groups.values() for name in group)
+    problems += [f"{where}: '{name}' is in more than one group" for name, n in seen.items() if n > 1]
+    if problems:
+        raise SGEvalError(problems)
+    return {str(group): tuple(index[name] for name in members) for group, members in groups.items()}
+
+
+def group_means(per_predicate, groups, k_labels, absent_predicates):
+    """mR@k of each predicate group: the mean of its predicates' values (absent predicates count 0
+    with absent_predicates 'zero', else they are left out)."""
+    out = {}
+    for label in k_labels:
+        values = per_predicate.get(f"mR@{label}")
+        for group, members in groups.items() if values is not None else ():
+            chosen = values[list(members)]
+            present = chosen[~np.isnan(chosen)]
+            size = len(chosen) if absent_predicates == "zero" else len(present)
+            out[f"mR@{label}/{group}"] = float(present.sum() / size) if size else np.nan
+    return out
+
+
 def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def build_results(config, gt, counted, predicate_pairs):
+def build_results(config, gt, counted, training, groups=None):
     """The results dict (SPEC section 7) of a run's counts."""
+    groups = groups or {}
+    metrics_wanted = [family for family in config.metrics if family != "A" or config.task != "sgdet"]
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
     gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [_NO_TRIPLETS[:, 2]]),
                          minlength=len(names))
@@ -2127,8 +2284,9 @@ def build_results(config, gt, counted, predicate_pairs):
     for protocol, store in counted.stores.items():
         rules = dict(LEGACY_RULES) if protocol in LEGACY else \
             {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
-        metrics, per_predicate = aggregate(store, config.k, config.imr_k, config.metrics, rules["absent_predicates"],
-                                           rules["aggregation"], predicate_pairs, config.wimr_tau)
+        metrics, per_predicate = aggregate(store, config.k, config.imr_k, metrics_wanted, rules["absent_predicates"],
+                                           rules["aggregation"], training.pairs, config.wimr_tau)
+        metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
@@ -2151,13 +2309,46 @@ def build_results(config, gt, counted, predicate_pairs):
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
         "protocol_audit": _audit_report(counted.audits, gt.images) if config.audit else None,
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
+        "predicate_groups": {group: [names[c] for c in members] for group, members in groups.items()},
+        "task_check": _task_check(counted.checks, gt.images) if config.task != "sgdet" else None,
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
-                     for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)],
+                     for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)]
+        + _list_warnings(config, counted.checks, by_protocol[config.protocol]["metrics"]),
     }
     if len(by_protocol) > 1:
         results["by_protocol"] = by_protocol
     return results
+
+
+def _task_check(checks, images, examples=5):
+    """sgcls / predcls: the images whose prediction does not hold the GT's instances."""
+    report = {}
+    for field, meaning in (("instance_count_differs", "instance count differs from the GT's"),
+                           ("boxes_differ", f"a box differs from the GT's by more than {BOX_TOLERANCE:g} px"),
+                           ("labels_differ", "a label differs from the GT's (predcls)")):
+        flagged = np.flatnonzero(checks[:, CHECK_FIELDS.index(field)])
+        report[field] = {"images": len(flagged), "meaning": meaning,
+                         "examples": [images[i].image_id for i in flagged[:examples]]}
+    return report
+
+
+def _list_warnings(config, checks, metrics):
+    """The two misreadings of the Scene-Graph-Benchmark metrics explainer, when the lists show them."""
+    rows, on_gt, repeating = (checks[:, CHECK_FIELDS.index(field)].sum() for field in CHECK_FIELDS[:3])
+    warnings = []
+    if config.task != "sgdet" and rows and on_gt == rows:
+        same = [f"R@{a} = R@{b}" for a, b in zip(config.k, config.k[1:])
+                if metrics.get(f"R@{a}") is not None and metrics.get(f"R@{a}") == metrics.get(f"R@{b}")]
+        warnings.append(f"{config.task}: every relation row pairs two instances related in the GT: the predictions "
+                        f"look restricted to GT pairs{' (' + ', '.join(same) + ')' if same else ''}; recall from "
+                        f"them is Top@K accuracy (A@K), not R@K")
+    if rows and repeating * 3 > rows:
+        warnings.append(f"{repeating} of {rows} rows of 'triplets' repeat a subject-object pair with another "
+                        f"predicate: it looks like a no-graph-constraint list; unique / singlempo keep the first "
+                        f"predicate of each pair, but openpsg / sgb read the rows as written, so their R@K would "
+                        f"be a no-graph-constraint recall (ngR@K)")
+    return warnings
 
 
 def _audit_report(audits, images):
@@ -2189,11 +2380,17 @@ def format_table(results):
              f"{'mask' if config['gt_seg'] else 'box'} mode | {results['rules']['aggregation'].replace('_', '-')} "
              f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
-    for families, ks in ((("R", "mR", "ngR", "mNgR", "PR", "zR", "ngzR"), config["k"]),
+    for families, ks in ((("R", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
                          (("IMR", "wIMR"), config["imr_k"])):
         rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
         if rows:
             lines += _grid(rows, [f"@{k}" for k in ks], lambda f, k: _fmt(metrics[f"{f}{k}"]))
+    groups = [group for group in results.get("predicate_groups") or {} if f"mR@{config['k'][0]}/{group}" in metrics]
+    if groups:
+        lines += _grid([f"mR {group}" for group in groups], [f"@{k}" for k in config["k"]],
+                       lambda g, k: _fmt(metrics[f"mR{k}/{g[3:]}"]), max(8, *(len(g) + 5 for g in groups)))
+    if f"A@{config['k'][0]}" in metrics:
+        lines.append(f"A@k: Top@K accuracy ({config['task']}: the first k rows among those on GT pairs; not a recall)")
     extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank") if key in metrics]
     if extras:
         lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
@@ -2220,6 +2417,10 @@ def format_table(results):
         lines.append("protocol audit (per image): " + ", ".join(
             f"{field.replace('_', ' ')} {value:.2f}"
             for field, value in results["protocol_audit"]["per_image_mean"].items()))
+    for field, found in (results.get("task_check") or {}).items():
+        if found["images"]:
+            lines.append(f"task check ({config['task']}): {found['images']} images: {found['meaning']} "
+                         f"(e.g. image {', '.join(found['examples'])})")
     lines += [f"warning: {text}" for text in results["warnings"]]
     return "\n".join(lines)
 
@@ -2237,6 +2438,8 @@ def format_table(results):
 @click.option("--train-gt", help="Training annotations for zero-shot and wIMR (default: --gt's other images).")
 @click.option("--zeroshot-triplets", help="JSON/CSV rows [subject cat, object cat, predicate]: the zero-shot set.")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol (default unique).")
+@click.option("--task", type=click.Choice(TASKS),
+              help="sgdet (default); sgcls / predcls: the instances are the GT's (predcls: its labels too).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
 @click.option("--compare-protocols", is_flag=True,
               help=f"Evaluate every protocol side by side: {', '.join(PROTOCOLS)}.")
@@ -2245,6 +2448,7 @@ def format_table(results):
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")
 @click.option("--iou-threshold", type=float, help="Minimum IoU for a match (default 0.5).")
 @click.option("--wimr-tau", type=float, help="wIMR weight exponent tau (default 0.5).")
+@click.option("--predicate-groups", help="mR per head / body / tail: frequency, pysgg-vg150 or a JSON/YAML file.")
 @click.option("--absent-predicates", type=click.Choice(["skip", "zero"]), help="Absent predicates in m-type means.")
 @click.option("--aggregation", type=click.Choice(["per_image", "pooled"]),
               help="Mean of per-image values or pooled counts.")

@@ -188,11 +188,12 @@ def valid_config(values, fields):
         workers = int(workers)
     checks = [
         _labels(get("k", "20"), True), _labels(get("imr_k", "10"), False),
-        _names(get("metrics", []), ("R", "mR", "ngR", "mNgR", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR",
-                                    "wIMR")),
+        _names(get("metrics", []), ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR",
+                                    "IMR", "wIMR", "A")),
         _names(get("protocols", []), ("unique", "singlempo", "multimpo", "openpsg", "sgb")),
         get("protocol", "unique") in ("unique", "singlempo", "multimpo", "openpsg", "sgb"),
         get("absent_predicates", "skip") in ("skip", "zero"),
+        get("task", "sgdet") in ("sgdet", "sgcls", "predcls"),
         get("aggregation", "per_image") in ("per_image", "pooled"),
         type(get("iou_threshold", 0.5)) in (int, float) and 0 < get("iou_threshold", 0.5) <= 1,
         type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
@@ -204,6 +205,11 @@ def valid_config(values, fields):
         return False, True
     paths = {"gt": "gt/psg.json", "pred": "pred.zip", "gt_seg": "gt/panoptic"}
     unsure = [key for key in ("train_gt", "zeroshot_triplets", "output") if get(key) not in (None, "")]
+    groups = get("predicate_groups")
+    if groups not in (None, ""):  # frequency and the presets depend on the GT's content
+        if str(groups) not in ("frequency", "pysgg-vg150") and not os.path.exists(str(groups)):
+            return False, True
+        unsure.append("predicate_groups")
     for key, expected in paths.items():
         value = get(key, expected)
         if value in (None, "") or str(value).rstrip("/") == expected:  # gt_seg None or "": box mode

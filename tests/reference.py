@@ -429,8 +429,21 @@ def audit_prediction(triplets, categories, pred_iou, node_of):
     }
 
 
+def as_task(image, prediction, mode, task):
+    """The prediction under the task: in predcls, with as many instances as the GT, the GT's
+    categories, boxes and masks with score 1; otherwise as given."""
+    instances = prediction["instances"]
+    if task != "predcls" or len(instances) != len(image["categories"]):
+        return prediction
+    given = {**prediction, "instances": [{"category": int(c), "bbox": list(map(float, b)), "score": 1.0}
+                                         for c, b in zip(image["categories"], image["boxes"])]}
+    if mode == "mask":
+        given["masks"] = np.asarray(image["masks"], dtype=bool)
+    return given
+
+
 def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=(),
-                   zeroshot_types=frozenset()):
+                   zeroshot_types=frozenset(), task="sgdet"):
     """Per-image counts; `prediction` None means the image has no record.
 
     Every value is a pair (hits, denominator) or a {predicate: (hits, denominator)} dict, so the
@@ -443,6 +456,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
     if prediction is None:
         prediction = {"instances": [], "triplets": []}
+    prediction = as_task(image, prediction, mode, task)
     instances = prediction["instances"]
     pred_categories = [int(inst["category"]) for inst in instances]
     n_pred = len(instances)
@@ -468,6 +482,8 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     triplets = _as_triplets(prediction.get("triplets", []), n_pred, image_id, "triplet")
     ng_rows = prediction.get("ng_triplets")
     triplets_ng = triplets if ng_rows is None else _as_triplets(ng_rows, n_pred, image_id, "ng_triplet")
+    # A@k (sgcls, predcls): R@k of the rows whose (s, o) index pair is the pair of a GT relation
+    on_gt_pairs = [t for t in triplets if (t[0], t[1]) in {(s, o) for s, o, _ in gt}] if task != "sgdet" else None
 
     # The singlempo merge runs for every protocol: the audit reports it.
     order = merge_order(instances, triplets_ng, triplets)
@@ -479,7 +495,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     gt_pairs = {(s, o) for s, o, _ in gt}
     zero_shot = {t for t in gt if (gt_categories[t[0]], gt_categories[t[1]], t[2]) in zeroshot_types}
     record = {"predicates": {p for _, _, p in gt}, "audit": audit, "left_out": False}
-    for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short"):
+    for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short", "A"):
         record[family] = {}
 
     if protocol in LEGACY:
@@ -495,8 +511,12 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
         # OpenPSG removes duplicate GT rows (as G does); Scene-Graph-Benchmark counts every row of the file
         gt_rows = sorted(gt) if protocol == "openpsg" else [tuple(int(v) for v in r) for r in image["relations"]]
-        return legacy_record(record, gt_rows, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
-                             zero_shot)
+        record = legacy_record(record, gt_rows, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
+                               zero_shot)
+        for k in ks if on_gt_pairs is not None and not record["left_out"] else ():
+            rows = on_gt_pairs[:resolve_k(k, len(gt_rows))]
+            record["A"][k] = (len(legacy_hits(rows, gt_rows, ok)), len(gt_rows))
+        return record
     if protocol == "singlempo":
         # The matched units are the nodes: their claimed pixels (or creator's box) and category.
         node_categories = [pred_categories[i] for i in creators]
@@ -513,6 +533,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         mapping = match_instances(node_categories, gt_categories, node_iou, iou_threshold, "unique")
         triplets = remap_triplets(triplets, node_of)
         triplets_ng = remap_triplets(triplets_ng, node_of)
+        on_gt_pairs = None if on_gt_pairs is None else remap_triplets(on_gt_pairs, node_of)
     else:
         if mode == "mask":
 
@@ -535,6 +556,10 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         matched = apply_matching(selection, mapping)
         record["R"][k] = (len(gt & matched), len(gt))
         record["mR"][k] = _counts_by_predicate(gt, matched)
+        if on_gt_pairs is not None:
+            chosen = select_distinct(on_gt_pairs, k_count) if protocol == "multimpo" else \
+                select_graph_constrained(on_gt_pairs, k_count)
+            record["A"][k] = (len(gt & apply_matching(chosen, mapping)), len(gt))
         matched_pairs = {(s, o) for s, o, _ in matched}
         record["PR"][k] = (len(gt_pairs & matched_pairs), len(gt_pairs))
         record["zR"][k] = (len(zero_shot & matched), len(zero_shot))
@@ -575,6 +600,13 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
     return record
 
 
+def legacy_hits(rows, gt_rows, ok):
+    """Indices of the GT rows (s, o, p) some row of `rows` hits: predicate p, ok(row subject, s)
+    and ok(row object, o)."""
+    return {i for i, (s, o, p) in enumerate(gt_rows) if any(row[2] == p and ok(row[0], s) and ok(row[1], o)
+                                                             for row in rows)}
+
+
 def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot):
     """Fill `record` under OpenPSG's (openpsg) or Scene-Graph-Benchmark's (sgb) rules: rows as
     written (no graph constraint, repeats and self-pairs kept), and a row hits a GT row (s, o, p)
@@ -592,8 +624,7 @@ def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_
         return ok(row[0], pair[0]) and ok(row[1], pair[1])
 
     def hits(rows):
-        """Indices of the GT rows some row of `rows` hits."""
-        return {i for i in every if any(row[2] == gt_rows[i][2] and hits_pair(row, gt_rows[i]) for row in rows)}
+        return legacy_hits(rows, gt_rows, ok)
 
     def by_predicate(found, among=every):
         counts = {}
@@ -689,11 +720,18 @@ def reference_evaluate(
     tau=0.5,
     aggregation="per_image",
     zeroshot=None,
+    task="sgdet",
+    groups=None,
+    f1=False,
 ):
     """Evaluate `predictions` against `dataset`; see the module docstring for every rule.
 
     `zeroshot`: None derives the zero-shot triplet types from the train split; otherwise an
     iterable of (subject category, object category, predicate) taken as the zero-shot types.
+    `task`: sgdet, sgcls or predcls (predcls: the GT's instances stand for a prediction with as
+    many instances; sgcls and predcls add A@k). `groups`: {group name: [predicates]}, adding
+    mR@k/<group>: the mean of the group's per-predicate mR@k (absent predicates as the rule says).
+    `f1`: add F1@k = 2 R mR / (R + mR), 0 when both are 0.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
@@ -750,7 +788,7 @@ def reference_evaluate(
 
     all_records = [
         evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol,
-                       imr_ks, zeroshot_types)
+                       imr_ks, zeroshot_types, task)
         for image in evaluated
     ]
     records = [record for record in all_records if not record["left_out"]]  # openpsg and sgb leave some out
@@ -801,6 +839,18 @@ def reference_evaluate(
         per_pred[f"mNgR@{k}"] = per_predicate(lambda r, k=k: r["mNgR"][k])
         metrics[f"mNgR@{k}"] = mean_over_predicates(per_pred[f"mNgR@{k}"], True)
         metrics[f"PR@{k}"] = r_type(lambda r, k=k: r["PR"][k])
+    for k in ks if f1 else ():
+        recall, mean_recall = metrics[f"R@{k}"], metrics[f"mR@{k}"]
+        metrics[f"F1@{k}"] = None if recall is None or mean_recall is None else \
+            2 * recall * mean_recall / (recall + mean_recall) if recall + mean_recall else Fraction(0)
+    for k in ks if task != "sgdet" else ():  # pooled, whatever the aggregation
+        pairs = [r["A"][k] for r in records if r["A"][k][1] > 0]
+        metrics[f"A@{k}"] = Fraction(sum(h for h, _ in pairs), sum(d for _, d in pairs)) if pairs else None
+    for name, members in (groups or {}).items():
+        for k in ks:
+            values = [per_pred[f"mR@{k}"][p] for p in members if per_pred[f"mR@{k}"].get(p) is not None]
+            size = len(members) if absent_predicates == "zero" else len(values)
+            metrics[f"mR@{k}/{name}"] = sum(values, Fraction(0)) / size if size else None
     metrics["InstR"] = r_type(lambda r: r["InstR"])
     metrics["R@inf"] = r_type(lambda r: r["R@inf"])
     per_pred["mR@inf"] = per_predicate(lambda r: r["mR@inf"])
