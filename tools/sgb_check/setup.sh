@@ -1,0 +1,61 @@
+#!/bin/sh
+# Set up build/ (git-ignored) for Scene-Graph-Benchmark.pytorch's own VG evaluation code, idempotently:
+#   build/venv/     Python with torch (CPU), sgeval's requirements and sgeval itself (pip install -e),
+#                   and build/sgb_src on its path (a .pth file)
+#   build/sgb_src/  the files of SGB's maskrcnn_benchmark/ package that the evaluation imports, at the
+#                   pinned commit, from SGB (git dir or work tree); nothing of them is edited
+# Usage: SGB=<Scene-Graph-Benchmark.pytorch checkout or git mirror> tools/sgb_check/setup.sh
+#        (PYTHON=python3.11 by default)
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=$HERE/build
+COMMIT=6f75881ad6076d3a1aee34e9bead2b3595631086
+# torch: the CPU-only build (PyPI's default torch pulls in the CUDA libraries); override with TORCH=...
+TORCH=${TORCH:-torch==2.13.0+cpu}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+# what the evaluation imports (sgb_env.py says which are stood in for instead)
+FILES="maskrcnn_benchmark/__init__.py
+maskrcnn_benchmark/structures/__init__.py
+maskrcnn_benchmark/structures/bounding_box.py
+maskrcnn_benchmark/structures/boxlist_ops.py
+maskrcnn_benchmark/utils/__init__.py
+maskrcnn_benchmark/utils/comm.py
+maskrcnn_benchmark/utils/miscellaneous.py
+maskrcnn_benchmark/data/datasets/visual_genome.py
+maskrcnn_benchmark/data/datasets/evaluation/vg/sgg_eval.py
+maskrcnn_benchmark/data/datasets/evaluation/vg/vg_eval.py"
+
+if [ -z "${SGB:-}" ]; then
+    echo "setup.sh: SGB=<path> is required: a Scene-Graph-Benchmark.pytorch checkout or git mirror holding commit $COMMIT" >&2
+    exit 2
+fi
+GIT_DIR=$(git -C "$SGB" rev-parse --absolute-git-dir 2>/dev/null) || GIT_DIR=
+if [ -z "$GIT_DIR" ] || ! git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
+    echo "setup.sh: $SGB is not a git repository holding Scene-Graph-Benchmark.pytorch's commit $COMMIT" \
+         "(clone https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch, or git fetch it there)" >&2
+    exit 2
+fi
+mkdir -p "$BUILD"
+
+# The venv: (re)installed when setup.sh or sgeval's requirements are newer than its stamp.
+STAMP=$BUILD/venv/.installed
+[ -x "$BUILD/venv/bin/python" ] || "$PYTHON" -m venv "$BUILD/venv"
+if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
+        || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
+    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q "$TORCH" -r "$ROOT/requirements.txt"
+    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q --no-deps -e "$ROOT"
+    SITE=$("$BUILD/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$BUILD/sgb_src" > "$SITE/sgb_check.pth"  # `import maskrcnn_benchmark` finds the extracted files
+    touch "$STAMP"
+fi
+
+# SGB's files, as committed (git cat-file: a mirror may lack the large data blobs git archive would walk).
+rm -rf "$BUILD/sgb_src"
+for f in $FILES; do
+    mkdir -p "$BUILD/sgb_src/$(dirname "$f")"
+    git --git-dir="$GIT_DIR" cat-file blob "$COMMIT:$f" > "$BUILD/sgb_src/$f" \
+        || { echo "setup.sh: $f is missing at $COMMIT" >&2; exit 1; }
+done
+"$BUILD/venv/bin/python" -c "import torch, numpy; print('sgb_check: torch', torch.__version__, \
+'numpy', numpy.__version__, '- Scene-Graph-Benchmark.pytorch $COMMIT')"
