@@ -88,6 +88,10 @@ RESULT_CLASSES = (
     "openpsg.models.relation_heads.approaches.relation_util.Result",  # OpenPSG models, PSGTR, PSGFormer, HiLo
     "pairnet.models.relation_heads.approaches.relation_util.Result",  # Pair-Net
 )
+BOXLIST_CLASSES = (  # in torch.save files of Scene-Graph-Benchmark (convert/sgb.py)
+    "maskrcnn_benchmark.structures.bounding_box.BoxList",  # Scene-Graph-Benchmark.pytorch and its forks
+    "pysgg.structures.bounding_box.BoxList",  # PySGG (BGNN and derived code): the same class
+)
 PREDICATE_SOURCES = ("rel_dists", "rel_labels")
 NG_TOP, NG_PER_PREDICATE = 1000, 50
 PROVENANCE = "convert.json"  # ZIP member recording what was converted (read by `python -m convert`)
@@ -127,7 +131,25 @@ class RawResult:
             raise AttributeError(name) from None
 
     def __reduce__(self):  # to a worker process
-        return RawResult, (self.fields,)
+        return type(self), (self.fields,)
+
+
+class BoxList(RawResult):
+    """A maskrcnn_benchmark ``BoxList`` (BOXLIST_CLASSES): its state (``bbox``, ``size``, ``mode``,
+    ``extra_fields``, ``triplet_extra_fields``) as fields; ``extra_field`` reads one of its
+    ``extra_fields``."""
+
+    def extra_field(self, name):
+        extra = self.fields.get("extra_fields")
+        return extra.get(name) if isinstance(extra, dict) else None
+
+
+class Lazy:
+    """Base of data left in a file (a tensor of a torch.save file): ``read()`` gives its array;
+    materialize() reads it, in the process that converts the image."""
+
+    def read(self):
+        raise NotImplementedError
 
 
 class TorchObject:
@@ -258,9 +280,9 @@ class _LazyArray(typing.NamedTuple):
 
 def _replaced(value, replace):
     """value with replace(item) for every item that is not a list, tuple, set, dict or RawResult,
-    inside those (a dict comes back a plain dict, a RawResult a new one)."""
+    inside those (a dict comes back a plain dict, a RawResult a new one of its class)."""
     if isinstance(value, RawResult):
-        return RawResult(_replaced(value.fields, replace))
+        return type(value)(_replaced(value.fields, replace))
     if type(value) in (list, tuple, set, frozenset):
         return type(value)(_replaced(item, replace) for item in value)
     if isinstance(value, dict):
@@ -269,8 +291,8 @@ def _replaced(value, replace):
 
 
 def materialize(value):
-    """value with every _LazyArray read."""
-    return _replaced(value, lambda item: item.read() if isinstance(item, _LazyArray) else item)
+    """value with every _LazyArray and Lazy read."""
+    return _replaced(value, lambda item: item.read() if isinstance(item, (_LazyArray, Lazy)) else item)
 
 
 class _Array:
@@ -351,6 +373,7 @@ ALLOWED_GLOBALS = {
     ("_codecs", "encode"): _latin1,
     ("collections", "OrderedDict"): collections.OrderedDict,
     **{tuple(path.rsplit(".", 1)): RawResult for path in RESULT_CLASSES},
+    **{tuple(path.rsplit(".", 1)): BoxList for path in BOXLIST_CLASSES},
     **{("torch._utils", name): _torch_tensor for name in ("_rebuild_tensor", "_rebuild_tensor_v2",
                                                           "_rebuild_tensor_v3")},
     ("torch._utils", "_rebuild_parameter"): lambda data, *rest: data,
@@ -388,6 +411,8 @@ def _payload_loader(size_format, utf8):
             raise pickle.UnpicklingError("a value longer than this machine can hold")
         if self.lazy_path is None or size <= LAZY_BYTES or not self.outside_frames():
             data = self.read(size)
+            if len(data) < size:
+                raise EOFError(f"the pickle ends inside a {size}-byte value")
             self.append(str(data, "utf-8", "surrogatepass") if utf8 else data)
             return
         offset = self.handle.tell()
@@ -424,6 +449,29 @@ def _checked_build(load):
     return build
 
 
+def _checked_newobj(load, arguments):
+    """NEWOBJ / NEWOBJ_EX (``cls.__new__(cls, *args)``: how a plain class instance is pickled) only
+    for the attribute holders (a Result, a BoxList), without arguments; ``arguments``: how many
+    stack items (args, kwargs) follow the class."""
+    def newobj(self):
+        if len(self.stack) <= arguments or not (isinstance(self.stack[-1 - arguments], type)
+                                                and issubclass(self.stack[-1 - arguments], RawResult)) \
+                or any(self.stack[-1 - n] for n in range(arguments)):
+            raise _Refused("a class instance (NEWOBJ) of anything but a Result or BoxList, or with arguments")
+        load(self)
+    return newobj
+
+
+def _load_bytearray8(self):
+    """BYTEARRAY8 without the Python unpickler's ``bytearray(n)`` before reading (n from the file:
+    an allocation of any size by 9 bytes of pickle): the bytes are read, then checked."""
+    (size,) = struct.unpack("<Q", self.read(8))
+    data = self.read(size)
+    if len(data) != size:
+        raise EOFError(f"the pickle ends inside a {size}-byte bytearray")
+    self.append(bytearray(data))
+
+
 class _NotingMemo(dict):
     """The unpickler's memo, noting the keys set since the last look (RestrictedUnpickler._release
     looks at those only, not at the whole memo after every result)."""
@@ -447,7 +495,10 @@ class RestrictedUnpickler(pickle._Unpickler):
                 **{code[0]: _payload_loader(size_format, utf8) for code, size_format, utf8 in (
                     (pickle.BINUNICODE, "<I", True), (pickle.BINUNICODE8, "<Q", True),
                     (pickle.BINBYTES, "<I", False), (pickle.BINBYTES8, "<Q", False))},
-                pickle.BUILD[0]: _checked_build(pickle._Unpickler.dispatch[pickle.BUILD[0]])}
+                pickle.BUILD[0]: _checked_build(pickle._Unpickler.dispatch[pickle.BUILD[0]]),
+                pickle.NEWOBJ[0]: _checked_newobj(pickle._Unpickler.dispatch[pickle.NEWOBJ[0]], 1),
+                pickle.NEWOBJ_EX[0]: _checked_newobj(pickle._Unpickler.dispatch[pickle.NEWOBJ_EX[0]], 2),
+                pickle.BYTEARRAY8[0]: _load_bytearray8}
 
     def __init__(self, handle, lazy_path=None):
         """lazy_path: the path of handle's file; large data is then left there (see _Payload)."""
