@@ -938,16 +938,16 @@ def _relation_rows(result, n_rows, n_predicates, where, options, notes):
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(path, gt):
+def validate(path, gt, mode="mask"):
     """Read a written prediction back with sgeval's reader, record by record: every evaluated image
-    has a record, and its TIFF has one page per instance at the GT image size."""
+    has a record, and (mask mode) its TIFF has one page per instance at the GT image size."""
     problems, images = [], {image.image_id: image for image in gt.images}
-    source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), "mask",
+    source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), mode,
                                                 problems)
     try:
         for record in records:
             image = images.pop(record.image_id, None)
-            if image is not None and len(record.categories):
+            if image is not None and len(record.categories) and mode == "mask":
                 try:
                     sgeval.load_pred_masks(source, record, image.height, image.width)
                 except sgeval.SGEvalError as error:
@@ -959,15 +959,18 @@ def validate(path, gt):
         raise ConvertError(problems)
 
 
-def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1):
+def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1,
+                raw_input=None, mode="mask", provenance=None):
     """Convert a raw output (a pickle, or a directory of per-image npz or pickle files) into the
     prediction ZIP ``out``, streaming: memory holds a few images' results whatever the raw size.
 
     image_fn(result, image, where, n_objects, n_predicates, options) -> (record, masks, notes).
     workers: processes that convert images and encode their masks (the output is the same for any
-    number). Every problem of the pass is collected; on any problem nothing is written (a partial
-    output is removed). Returns a summary (the summed notes, plus the output path and the seconds
-    taken)."""
+    number). raw_input: the RawInput of another reader (default open_raw(raw)); mode: "mask", or
+    "box" for records without masks (validated in box mode); provenance: entries that replace or
+    add to those recorded in convert.json. Every problem of the pass is collected; on any problem
+    nothing is written (a partial output is removed). Returns a summary (the summed notes, plus the
+    output path and the seconds taken)."""
     start = time.time()
     options.check()
     if not str(out).endswith(".zip"):
@@ -975,12 +978,12 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
     if type(workers) is not int or not 1 <= workers <= sgeval.MAX_WORKERS:
         raise ConvertError([f"workers must be an integer from 1 to {sgeval.MAX_WORKERS}"])
     truth = sgeval.read_gt(gt)
-    raw_input = open_raw(raw)
+    raw_input = open_raw(raw) if raw_input is None else raw_input
     if raw_input.count is not None and raw_input.count != len(truth.images):
         raise ConvertError([_count_problem(raw, gt, truth, raw_input.count)])
     provenance = {"family": family, "raw": os.path.abspath(raw), "gt": os.path.abspath(gt),
                   "options": {**dataclasses.asdict(options), **(settings or {})},
-                  "sgeval_version": sgeval.__version__}
+                  "sgeval_version": sgeval.__version__, **(provenance or {})}
     problems, summary = [], collections.Counter()
     global _WORK
     _WORK = image_fn, len(truth.object_classes), len(truth.predicate_classes), options
@@ -1023,7 +1026,7 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
                                  extra_members={PROVENANCE: (json.dumps(provenance, indent=1) + "\n").encode()})
         if problems:
             raise ConvertError(problems)
-        validate(partial, truth)
+        validate(partial, truth, mode)
         os.replace(partial, out)
     except BaseException:
         if os.path.exists(partial):
@@ -1093,6 +1096,15 @@ def describe(summary):
         lines.append(f"layouts: {layouts}")
     lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
                  f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
+    tasks = ", ".join(f"{key[5:]} {value}" for key, value in sorted(summary.items()) if key.startswith("task:"))
+    if tasks:
+        lines.append(f"task: {tasks} images{' (guessed from the fields: --task auto)' * bool(summary.get('guessed'))}")
+    if summary.get("task_fields_differ"):
+        lines.append(f"images whose fields suggest another task: {summary['task_fields_differ']}")
+    if summary.get("box_count_differs"):
+        lines.append(f"images whose prediction has another number of boxes than the GT: {summary['box_count_differs']}")
+    if summary.get("resized"):
+        lines.append(f"images whose boxes were resized to the GT image size: {summary['resized']}")
     if summary.get("self_pairs"):
         lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
     if summary.get("rel_rows"):
@@ -1101,8 +1113,9 @@ def describe(summary):
     return "\n".join(lines)
 
 
-def make_cli(convert, doc, extra_options=()):
-    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``."""
+def make_cli(convert, doc, extra_options=(), predicate_source=True, gt_help="OpenPSG psg.json"):
+    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``;
+    predicate_source: whether it has --predicate-source."""
 
     def main(raw, out, gt, quiet, **options):
         summary = sgeval.run_cli(lambda progress: convert(raw, out, gt=gt, progress=progress, **options),
@@ -1114,9 +1127,10 @@ def make_cli(convert, doc, extra_options=()):
         click.argument("raw", type=click.Path(exists=True)),
         click.argument("out", type=click.Path(dir_okay=False)),
         click.option("--gt", required=True, type=click.Path(exists=True, dir_okay=False),
-                     help="OpenPSG psg.json: gives the evaluated images, in the order of the results."),
-        click.option("--predicate-source", type=click.Choice(PREDICATE_SOURCES), default="rel_dists",
-                     show_default=True, help="triplets: argmax of rel_dists[:, 1:] (legacy) or rel_labels - 1."),
+                     help=f"{gt_help}: gives the evaluated images, in the order of the results."),
+        *[click.option("--predicate-source", type=click.Choice(PREDICATE_SOURCES), default="rel_dists",
+                       show_default=True, help="triplets: argmax of rel_dists[:, 1:] (legacy) or rel_labels - 1.")
+          ] * predicate_source,
         click.option("--ng-top", type=click.IntRange(0), default=NG_TOP, show_default=True,
                      help="ng_triplets kept overall (highest scores first)."),
         click.option("--ng-per-predicate", type=click.IntRange(0), default=NG_PER_PREDICATE, show_default=True,
