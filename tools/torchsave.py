@@ -40,10 +40,12 @@ class Global:
 
 
 class Storage:
-    """The elements of one storage (a 1-D numpy array of a STORAGE_NAMES dtype)."""
+    """The elements of one storage (a 1-D numpy array of a STORAGE_NAMES dtype); ``declared``:
+    another element count for its persistent id (a broken file)."""
 
-    def __init__(self, array):
+    def __init__(self, array, declared=None):
         self.array = np.ascontiguousarray(array).reshape(-1)
+        self.declared = self.array.size if declared is None else declared
 
 
 class View:
@@ -83,7 +85,7 @@ class _Pickler(pickle._Pickler):
             return None
         key = self.keys.setdefault(id(obj), (str(len(self.keys)) if not self.legacy else
                                              str(94000000000000 + 64 * len(self.keys)), obj))[0]
-        pid = ("storage", Global("torch." + STORAGE_NAMES[obj.array.dtype.str[1:]]), key, "cpu", obj.array.size)
+        pid = ("storage", Global("torch." + STORAGE_NAMES[obj.array.dtype.str[1:]]), key, "cpu", obj.declared)
         return pid + (None,) if self.legacy else pid
 
     def save_global_name(self, obj):
@@ -123,12 +125,13 @@ def _object_pickle(value, protocol, legacy):
     return buffer.getvalue(), {key: storage for key, storage in pickler.keys.values()}
 
 
-def _storage_bytes(storage):
-    return storage.array.astype(storage.array.dtype.newbyteorder("<")).tobytes()
+def _storage_bytes(storage, byteorder="<"):
+    return storage.array.astype(storage.array.dtype.newbyteorder(byteorder)).tobytes()
 
 
-def save(path, value, legacy=False, protocol=2):
-    """Write value as torch.save would (module docstring); returns path."""
+def save(path, value, legacy=False, protocol=2, byteorder="little"):
+    """Write value as torch.save would (module docstring); returns path. byteorder (zip only):
+    little, or big as a big-endian host writes it."""
     data, storages = _object_pickle(value, protocol, legacy)
     if legacy:
         with open(path, "wb") as handle:
@@ -144,8 +147,8 @@ def save(path, value, legacy=False, protocol=2):
     prefix = os.path.splitext(os.path.basename(path))[0] or "archive"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr(f"{prefix}/data.pkl", data)
-        archive.writestr(f"{prefix}/byteorder", b"little")
+        archive.writestr(f"{prefix}/byteorder", byteorder.encode())
         for key, storage in storages.items():
-            archive.writestr(f"{prefix}/data/{key}", _storage_bytes(storage))
+            archive.writestr(f"{prefix}/data/{key}", _storage_bytes(storage, "<" if byteorder == "little" else ">"))
         archive.writestr(f"{prefix}/version", b"3\n")
     return path
