@@ -22,9 +22,10 @@ Fields used (N instances, R relation rows, C predicates, H x W the GT image size
 Pickles are read by ``RestrictedUnpickler``: numpy arrays, dtypes and scalars (``numpy.core`` and
 ``numpy._core`` spellings), latin-1 ``_codecs.encode``, a few builtins (bytes, sets),
 ``collections.OrderedDict``, the ``Result`` classes of ``RESULT_CLASSES`` (read into the plain
-attribute holder ``RawResult``) and inert stand-ins for every torch global (an empty tensor becomes
-an empty array; a tensor that holds data cannot be read without torch and is an error where a
-converter needs it). Any other global is refused with an error naming it: no code from a pickle runs.
+attribute holder ``RawResult``), the BoxList classes of ``BOXLIST_CLASSES`` (``BoxList``, for
+torch.save files) and inert stand-ins for every torch global (an empty tensor becomes an empty
+array; a tensor that holds data cannot be read without torch and is an error where a converter
+needs it; in a torch.save file convert/torchfile.py resolves the torch names to real readers). Any other global is refused with an error naming it: no code from a pickle runs.
 numpy data is rebuilt by ``np.frombuffer`` from bytes that match its shape, plain numeric dtypes
 only (never by numpy's reconstructors, which trust their arguments); ``bytes(n)`` is refused. An
 .npz array's size is read from its header and checked (``MAX_NPZ_BYTES``) before it is loaded.
