@@ -8,9 +8,9 @@ The config is a plain sgeval config: ``pred`` is the converted file, ``gt`` the 
 with ``sgeval.load_config``, so ``--gt`` and ``--pred`` override them as they do for sgeval). How to
 make ``pred`` is the config's conversion recipe, a YAML file of its own: by default
 ``convert/<config name>.yaml`` in the config's folder (configs/hilo.yaml -> configs/convert/hilo.yaml),
-or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet) and the ``raw`` output,
-plus any option of that family's ``convert`` function (``predicate_source``, ``ng_top``,
-``ng_per_predicate``; openpsg also ``layout``)::
+or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet, sgb) and the ``raw`` output,
+plus any option of that family's ``convert`` function (``ng_top``, ``ng_per_predicate``;
+openpsg, hilo and pairnet ``predicate_source``; openpsg also ``layout``; sgb ``task``)::
 
     family: hilo
     raw: results/hilo.pkl
@@ -37,7 +37,7 @@ import yaml
 import sgeval
 from convert import common
 
-FAMILIES = {"openpsg": "convert.openpsg", "hilo": "convert.hilo", "pairnet": "convert.pairnet"}
+FAMILIES = {"openpsg": "convert.openpsg", "hilo": "convert.hilo", "pairnet": "convert.pairnet", "sgb": "convert.sgb"}
 NOT_OPTIONS = ("raw", "out", "gt", "progress", "workers")  # convert() parameters that do not change the output
 RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 

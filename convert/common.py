@@ -22,9 +22,10 @@ Fields used (N instances, R relation rows, C predicates, H x W the GT image size
 Pickles are read by ``RestrictedUnpickler``: numpy arrays, dtypes and scalars (``numpy.core`` and
 ``numpy._core`` spellings), latin-1 ``_codecs.encode``, a few builtins (bytes, sets),
 ``collections.OrderedDict``, the ``Result`` classes of ``RESULT_CLASSES`` (read into the plain
-attribute holder ``RawResult``) and inert stand-ins for every torch global (an empty tensor becomes
-an empty array; a tensor that holds data cannot be read without torch and is an error where a
-converter needs it). Any other global is refused with an error naming it: no code from a pickle runs.
+attribute holder ``RawResult``), the BoxList classes of ``BOXLIST_CLASSES`` (``BoxList``, for
+torch.save files) and inert stand-ins for every torch global (an empty tensor becomes an empty
+array; a tensor that holds data cannot be read without torch and is an error where a converter
+needs it; in a torch.save file convert/torchfile.py resolves the torch names to real readers). Any other global is refused with an error naming it: no code from a pickle runs.
 numpy data is rebuilt by ``np.frombuffer`` from bytes that match its shape, plain numeric dtypes
 only (never by numpy's reconstructors, which trust their arguments); ``bytes(n)`` is refused. An
 .npz array's size is read from its header and checked (``MAX_NPZ_BYTES``) before it is loaded.
@@ -88,6 +89,10 @@ RESULT_CLASSES = (
     "openpsg.models.relation_heads.approaches.relation_util.Result",  # OpenPSG models, PSGTR, PSGFormer, HiLo
     "pairnet.models.relation_heads.approaches.relation_util.Result",  # Pair-Net
 )
+BOXLIST_CLASSES = (  # in torch.save files of Scene-Graph-Benchmark (convert/sgb.py)
+    "maskrcnn_benchmark.structures.bounding_box.BoxList",  # Scene-Graph-Benchmark.pytorch and its forks
+    "pysgg.structures.bounding_box.BoxList",  # PySGG (BGNN and derived code): the same class
+)
 PREDICATE_SOURCES = ("rel_dists", "rel_labels")
 NG_TOP, NG_PER_PREDICATE = 1000, 50
 PROVENANCE = "convert.json"  # ZIP member recording what was converted (read by `python -m convert`)
@@ -127,7 +132,25 @@ class RawResult:
             raise AttributeError(name) from None
 
     def __reduce__(self):  # to a worker process
-        return RawResult, (self.fields,)
+        return type(self), (self.fields,)
+
+
+class BoxList(RawResult):
+    """A maskrcnn_benchmark ``BoxList`` (BOXLIST_CLASSES): its state (``bbox``, ``size``, ``mode``,
+    ``extra_fields``, ``triplet_extra_fields``) as fields; ``extra_field`` reads one of its
+    ``extra_fields``."""
+
+    def extra_field(self, name):
+        extra = self.fields.get("extra_fields")
+        return extra.get(name) if isinstance(extra, dict) else None
+
+
+class Lazy:
+    """Base of data left in a file (a tensor of a torch.save file): ``read()`` gives its array;
+    materialize() reads it, in the process that converts the image."""
+
+    def read(self):
+        raise NotImplementedError
 
 
 class TorchObject:
@@ -258,9 +281,9 @@ class _LazyArray(typing.NamedTuple):
 
 def _replaced(value, replace):
     """value with replace(item) for every item that is not a list, tuple, set, dict or RawResult,
-    inside those (a dict comes back a plain dict, a RawResult a new one)."""
+    inside those (a dict comes back a plain dict, a RawResult a new one of its class)."""
     if isinstance(value, RawResult):
-        return RawResult(_replaced(value.fields, replace))
+        return type(value)(_replaced(value.fields, replace))
     if type(value) in (list, tuple, set, frozenset):
         return type(value)(_replaced(item, replace) for item in value)
     if isinstance(value, dict):
@@ -269,8 +292,8 @@ def _replaced(value, replace):
 
 
 def materialize(value):
-    """value with every _LazyArray read."""
-    return _replaced(value, lambda item: item.read() if isinstance(item, _LazyArray) else item)
+    """value with every _LazyArray and Lazy read."""
+    return _replaced(value, lambda item: item.read() if isinstance(item, (_LazyArray, Lazy)) else item)
 
 
 class _Array:
@@ -351,6 +374,7 @@ ALLOWED_GLOBALS = {
     ("_codecs", "encode"): _latin1,
     ("collections", "OrderedDict"): collections.OrderedDict,
     **{tuple(path.rsplit(".", 1)): RawResult for path in RESULT_CLASSES},
+    **{tuple(path.rsplit(".", 1)): BoxList for path in BOXLIST_CLASSES},
     **{("torch._utils", name): _torch_tensor for name in ("_rebuild_tensor", "_rebuild_tensor_v2",
                                                           "_rebuild_tensor_v3")},
     ("torch._utils", "_rebuild_parameter"): lambda data, *rest: data,
@@ -388,6 +412,8 @@ def _payload_loader(size_format, utf8):
             raise pickle.UnpicklingError("a value longer than this machine can hold")
         if self.lazy_path is None or size <= LAZY_BYTES or not self.outside_frames():
             data = self.read(size)
+            if len(data) < size:
+                raise EOFError(f"the pickle ends inside a {size}-byte value")
             self.append(str(data, "utf-8", "surrogatepass") if utf8 else data)
             return
         offset = self.handle.tell()
@@ -424,6 +450,29 @@ def _checked_build(load):
     return build
 
 
+def _checked_newobj(load, arguments):
+    """NEWOBJ / NEWOBJ_EX (``cls.__new__(cls, *args)``: how a plain class instance is pickled) only
+    for the attribute holders (a Result, a BoxList), without arguments; ``arguments``: how many
+    stack items (args, kwargs) follow the class."""
+    def newobj(self):
+        if len(self.stack) <= arguments or not (isinstance(self.stack[-1 - arguments], type)
+                                                and issubclass(self.stack[-1 - arguments], RawResult)) \
+                or any(self.stack[-1 - n] for n in range(arguments)):
+            raise _Refused("a class instance (NEWOBJ) of anything but a Result or BoxList, or with arguments")
+        load(self)
+    return newobj
+
+
+def _load_bytearray8(self):
+    """BYTEARRAY8 without the Python unpickler's ``bytearray(n)`` before reading (n from the file:
+    an allocation of any size by 9 bytes of pickle): the bytes are read, then checked."""
+    (size,) = struct.unpack("<Q", self.read(8))
+    data = self.read(size)
+    if len(data) != size:
+        raise EOFError(f"the pickle ends inside a {size}-byte bytearray")
+    self.append(bytearray(data))
+
+
 class _NotingMemo(dict):
     """The unpickler's memo, noting the keys set since the last look (RestrictedUnpickler._release
     looks at those only, not at the whole memo after every result)."""
@@ -447,7 +496,10 @@ class RestrictedUnpickler(pickle._Unpickler):
                 **{code[0]: _payload_loader(size_format, utf8) for code, size_format, utf8 in (
                     (pickle.BINUNICODE, "<I", True), (pickle.BINUNICODE8, "<Q", True),
                     (pickle.BINBYTES, "<I", False), (pickle.BINBYTES8, "<Q", False))},
-                pickle.BUILD[0]: _checked_build(pickle._Unpickler.dispatch[pickle.BUILD[0]])}
+                pickle.BUILD[0]: _checked_build(pickle._Unpickler.dispatch[pickle.BUILD[0]]),
+                pickle.NEWOBJ[0]: _checked_newobj(pickle._Unpickler.dispatch[pickle.NEWOBJ[0]], 1),
+                pickle.NEWOBJ_EX[0]: _checked_newobj(pickle._Unpickler.dispatch[pickle.NEWOBJ_EX[0]], 2),
+                pickle.BYTEARRAY8[0]: _load_bytearray8}
 
     def __init__(self, handle, lazy_path=None):
         """lazy_path: the path of handle's file; large data is then left there (see _Payload)."""
@@ -887,16 +939,16 @@ def _relation_rows(result, n_rows, n_predicates, where, options, notes):
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(path, gt):
+def validate(path, gt, mode="mask"):
     """Read a written prediction back with sgeval's reader, record by record: every evaluated image
-    has a record, and its TIFF has one page per instance at the GT image size."""
+    has a record, and (mask mode) its TIFF has one page per instance at the GT image size."""
     problems, images = [], {image.image_id: image for image in gt.images}
-    source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), "mask",
+    source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), mode,
                                                 problems)
     try:
         for record in records:
             image = images.pop(record.image_id, None)
-            if image is not None and len(record.categories):
+            if image is not None and len(record.categories) and mode == "mask":
                 try:
                     sgeval.load_pred_masks(source, record, image.height, image.width)
                 except sgeval.SGEvalError as error:
@@ -908,15 +960,18 @@ def validate(path, gt):
         raise ConvertError(problems)
 
 
-def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1):
+def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1,
+                raw_input=None, mode="mask", provenance=None):
     """Convert a raw output (a pickle, or a directory of per-image npz or pickle files) into the
     prediction ZIP ``out``, streaming: memory holds a few images' results whatever the raw size.
 
     image_fn(result, image, where, n_objects, n_predicates, options) -> (record, masks, notes).
     workers: processes that convert images and encode their masks (the output is the same for any
-    number). Every problem of the pass is collected; on any problem nothing is written (a partial
-    output is removed). Returns a summary (the summed notes, plus the output path and the seconds
-    taken)."""
+    number). raw_input: the RawInput of another reader (default open_raw(raw)); mode: "mask", or
+    "box" for records without masks (validated in box mode); provenance: entries that replace or
+    add to those recorded in convert.json. Every problem of the pass is collected; on any problem
+    nothing is written (a partial output is removed). Returns a summary (the summed notes, plus the
+    output path and the seconds taken)."""
     start = time.time()
     options.check()
     if not str(out).endswith(".zip"):
@@ -924,12 +979,12 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
     if type(workers) is not int or not 1 <= workers <= sgeval.MAX_WORKERS:
         raise ConvertError([f"workers must be an integer from 1 to {sgeval.MAX_WORKERS}"])
     truth = sgeval.read_gt(gt)
-    raw_input = open_raw(raw)
+    raw_input = open_raw(raw) if raw_input is None else raw_input
     if raw_input.count is not None and raw_input.count != len(truth.images):
         raise ConvertError([_count_problem(raw, gt, truth, raw_input.count)])
     provenance = {"family": family, "raw": os.path.abspath(raw), "gt": os.path.abspath(gt),
                   "options": {**dataclasses.asdict(options), **(settings or {})},
-                  "sgeval_version": sgeval.__version__}
+                  "sgeval_version": sgeval.__version__, **(provenance or {})}
     problems, summary = [], collections.Counter()
     global _WORK
     _WORK = image_fn, len(truth.object_classes), len(truth.predicate_classes), options
@@ -972,7 +1027,7 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
                                  extra_members={PROVENANCE: (json.dumps(provenance, indent=1) + "\n").encode()})
         if problems:
             raise ConvertError(problems)
-        validate(partial, truth)
+        validate(partial, truth, mode)
         os.replace(partial, out)
     except BaseException:
         if os.path.exists(partial):
@@ -1042,6 +1097,15 @@ def describe(summary):
         lines.append(f"layouts: {layouts}")
     lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
                  f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
+    tasks = ", ".join(f"{key[5:]} {value}" for key, value in sorted(summary.items()) if key.startswith("task:"))
+    if tasks:
+        lines.append(f"task: {tasks} images{' (guessed from the fields: --task auto)' * bool(summary.get('guessed'))}")
+    if summary.get("task_fields_differ"):
+        lines.append(f"images whose fields suggest another task: {summary['task_fields_differ']}")
+    if summary.get("box_count_differs"):
+        lines.append(f"images whose prediction has another number of boxes than the GT: {summary['box_count_differs']}")
+    if summary.get("resized"):
+        lines.append(f"images whose boxes were resized to the GT image size: {summary['resized']}")
     if summary.get("self_pairs"):
         lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
     if summary.get("rel_rows"):
@@ -1050,8 +1114,9 @@ def describe(summary):
     return "\n".join(lines)
 
 
-def make_cli(convert, doc, extra_options=()):
-    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``."""
+def make_cli(convert, doc, extra_options=(), predicate_source=True, gt_help="OpenPSG psg.json"):
+    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``;
+    predicate_source: whether it has --predicate-source."""
 
     def main(raw, out, gt, quiet, **options):
         summary = sgeval.run_cli(lambda progress: convert(raw, out, gt=gt, progress=progress, **options),
@@ -1063,9 +1128,10 @@ def make_cli(convert, doc, extra_options=()):
         click.argument("raw", type=click.Path(exists=True)),
         click.argument("out", type=click.Path(dir_okay=False)),
         click.option("--gt", required=True, type=click.Path(exists=True, dir_okay=False),
-                     help="OpenPSG psg.json: gives the evaluated images, in the order of the results."),
-        click.option("--predicate-source", type=click.Choice(PREDICATE_SOURCES), default="rel_dists",
-                     show_default=True, help="triplets: argmax of rel_dists[:, 1:] (legacy) or rel_labels - 1."),
+                     help=f"{gt_help}: gives the evaluated images, in the order of the results."),
+        *[click.option("--predicate-source", type=click.Choice(PREDICATE_SOURCES), default="rel_dists",
+                       show_default=True, help="triplets: argmax of rel_dists[:, 1:] (legacy) or rel_labels - 1.")
+          ] * predicate_source,
         click.option("--ng-top", type=click.IntRange(0), default=NG_TOP, show_default=True,
                      help="ng_triplets kept overall (highest scores first)."),
         click.option("--ng-per-predicate", type=click.IntRange(0), default=NG_PER_PREDICATE, show_default=True,

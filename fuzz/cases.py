@@ -23,9 +23,10 @@ import yaml
 from hypothesis import strategies as st
 
 import sgeval
-from tools import synth
+from tools import synth, torchsave
 
-READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle", "crafted_pickle", "npz")
+READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle", "crafted_pickle", "npz",
+           "torchfile")
 
 HEIGHT, WIDTH = 12, 16
 THINGS, STUFF, PREDICATES = ["person", "dog", "horse"], ["grass", "sky"], ["on", "near", "riding"]
@@ -72,6 +73,23 @@ def base_workspace():
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **raw[0])
     files["raw.npz"] = buffer.getvalue()
+    files.update(_torch_files(raw))
+    return files
+
+
+def _torch_files(raw):
+    """eval_results.pytorch-like torch.save files of the raw results (zip and legacy format): a
+    BoxList per image, one storage viewed by several tensors."""
+    shared = torchsave.Storage(np.arange(12, dtype=np.float32))
+    predictions = [torchsave.BoxList(result["refine_bboxes"][:, :4], (WIDTH, HEIGHT), extra_fields={
+        "pred_labels": result["labels"].astype(np.int64), "pred_scores": result["refine_bboxes"][:, 4],
+        "rel_pair_idxs": result["rel_pair_idxes"].astype(np.int64), "pred_rel_scores": result["rel_dists"],
+        "predict_logits": torchsave.View(shared, index, (2, 3), (3, 1))}) for index, result in enumerate(raw)]
+    files = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, legacy in (("raw.pytorch", False), ("raw_legacy.pytorch", True)):
+            path = torchsave.save(Path(folder) / name, {"predictions": predictions}, legacy=legacy)
+            files[name] = path.read_bytes()
     return files
 
 
@@ -291,9 +309,29 @@ def crafted_pickle(draw, base):
 
 
 @st.composite
+def torch_file(draw, base):
+    """A torch.save file broken in its object pickle (re-zipped, CRCs valid) or anywhere (the legacy
+    format, or the zip's bytes); fuzz/worker.py reads it as the sgb converter does."""
+    kind = draw(st.sampled_from(["pickle", "legacy", "zip_bytes"]))
+    if kind == "legacy":
+        return {"files": {"raw.pytorch": _bytes_edit(draw, base["raw_legacy.pytorch"])}}
+    if kind == "zip_bytes":
+        return {"files": {"raw.pytorch": _bytes_edit(draw, base["raw.pytorch"], _header_regions(base["raw.pytorch"]))}}
+    members = _zip_members(base["raw.pytorch"])
+    name = next(name for name in members if name.endswith("/data.pkl"))
+    members[name] = _bytes_edit(draw, members[name])
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for member, payload in members.items():
+            archive.writestr(member, payload)
+    return {"files": {"raw.pytorch": buffer.getvalue()}}
+
+
+@st.composite
 def npz(draw, base):
     return {"files": {"raw.npz": _bytes_edit(draw, base["raw.npz"])}}
 
 
 STRATEGIES = {"pred_json": pred_json, "zip": zip_structure, "tiff": tiff, "gt_json": gt_json, "png": png,
-              "yaml": yaml_config, "cli": cli, "pickle": raw_pickle, "crafted_pickle": crafted_pickle, "npz": npz}
+              "yaml": yaml_config, "cli": cli, "pickle": raw_pickle, "crafted_pickle": crafted_pickle, "npz": npz,
+              "torchfile": torch_file}

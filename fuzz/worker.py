@@ -12,7 +12,7 @@ The references, per reader: fuzz/oracle.py's validators (written from the docume
 triplets.json, psg.json, YAML configs and command lines; tifffile for TIFFs; PIL for PNGs; the
 zipfile module and the unbroken workspace's results for ZIP structure; numpy's own .npz reader;
 the pickle module with numpy's own reconstructors (in a forked child, as they trust their input)
-for pickles."""
+for pickles; for torch.save files (no reference without torch) the lazy and the eager load agree."""
 
 import contextlib
 import functools
@@ -83,6 +83,10 @@ def _target(case, sgeval, common):
         common.LAZY_BYTES = 64  # (the base pickle's arrays are small) and read by load_source
         return [common.load_source(source, f"result {index}")
                 for index, source in enumerate(common.open_raw("raw.pkl").sources)]
+    if reader == "torchfile":  # as convert/sgb.py reads it: lazily, then every tensor; and eagerly
+        from convert import torchfile
+        return (torchfile.read_lazy(torchfile.load("raw.pytorch", lazy=True), "raw.pytorch"),
+                torchfile.load("raw.pytorch"))
     if reader == "npz":
         result = common._load_npz("raw.npz")
         for name in result.fields:
@@ -145,6 +149,8 @@ def _oracle(case, base, sgeval, result):
         reference = _npz_reference()
         return ("accepted", "") if reference is not None and _same_arrays(result.fields, reference) else \
             ("silent", "numpy's .npz reader reads other arrays")
+    if reader == "torchfile":  # no reference without torch: the lazy and the eager reading must agree
+        return ("accepted", "") if _same(*result) else ("silent", "lazy and eager loads read other values")
     if reader in ("pickle", "crafted_pickle"):
         reference = _pickle_reference("raw.pkl")
         return ("accepted", "") if _same_results([r.fields for r in result], reference) else \
@@ -280,6 +286,8 @@ def _same_arrays(ours, reference):
 
 
 def _same(a, b):
+    if hasattr(a, "fields") and hasattr(b, "fields"):  # convert.common's RawResult and BoxList holders
+        return type(a) is type(b) and _same(a.fields, b.fields)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
             and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")

@@ -817,8 +817,8 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
         return error.value.problems
 
     assert problem("family: hola\nraw: x.pkl\n") == [
-        f"{named}: 'family' must be one of openpsg, hilo, pairnet, not 'hola'"]
-    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, not None"]
+        f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, not 'hola'"]
+    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, not None"]
     assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
     assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
         f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
