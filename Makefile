@@ -20,6 +20,10 @@
 #                           run OpenPSG's own evaluation code (from an OpenPSG git checkout or mirror, pinned commit)
 #                           on generated raw outputs, rewrite tests/data/openpsg/*.zip with its numbers and check that
 #                           sgeval's openpsg protocol gives them (tools/openpsg_check/README.md; not part of make test)
+#   make check-sgb SGB=<path>
+#                           the same for the sgb protocol: Scene-Graph-Benchmark.pytorch's own VG evaluation (pinned
+#                           commit) on generated data in sgdet, sgcls and predcls; rewrites tests/data/sgb/*.zip
+#                           (tools/sgb_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -30,7 +34,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data test eval bench bench-convert fuzz check-openpsg clean distclean
+.PHONY: setup demo demo-data test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP)
 
@@ -98,6 +102,15 @@ check-openpsg: $(STAMP)
 	       "34b2a892f7441966265e3d60ad01ee8eeae89041, e.g. git clone https://github.com/Jingkang50/OpenPSG)" >&2; \
 	  exit 2; fi
 	OPENPSG="$(OPENPSG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/openpsg_check/run.sh
+
+# Scene-Graph-Benchmark's own evaluator as the oracle of the sgb protocol (tools/sgb_check/): its own venv and
+# SGB's sources in tools/sgb_check/build/; regenerates the fixtures of tests/test_sgb_oracle.py.
+check-sgb: $(STAMP)
+	@if [ -z "$(SGB)" ]; then \
+	  echo "usage: make check-sgb SGB=<path>   (a Scene-Graph-Benchmark.pytorch git checkout or mirror holding commit" \
+	       "6f75881ad6076d3a1aee34e9bead2b3595631086, e.g. git clone https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch)" >&2; \
+	  exit 2; fi
+	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 clean:
 	rm -rf $(DEMO) demo/results.json .pytest_cache

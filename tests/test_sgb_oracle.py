@@ -8,11 +8,10 @@ no-graph-constraint ranking, stable) and what SGB's VG relation evaluation, run 
 (tools/sgb_check/make_fixtures.py; its README says what the data exercise).
 
 Checked, to 1e-12: R, ngR, zR, ngzR, mR and mNgR at 20, 50 and 100, and the number of images SGB
-recorded (evaluated - images_left_out). sgdet always; sgcls and predcls (and A@k, which SGB reports for
-those two only) once sgeval has the ``task`` option and the ``A`` family; until then they are skipped.
+recorded (evaluated - images_left_out), in sgdet, sgcls and predcls (``task``), and A@k in sgcls and
+predcls (SGB reports it for those two only).
 """
 
-import dataclasses
 import json
 import zipfile
 
@@ -22,9 +21,6 @@ from conftest import ROOT, sgeval
 DATA = ROOT / "tests" / "data" / "sgb"
 KS = ("20", "50", "100")
 FAMILIES = ("R", "ngR", "zR", "ngzR", "mR", "mNgR")
-HAS_TASK = "task" in {field.name for field in dataclasses.fields(sgeval.Config)}
-NO_TASK = "sgeval.Config has no 'task' field yet: sgcls and predcls need task: sgcls | predcls"
-NO_A = "sgeval has no metric family 'A' (SGB's A@k, pair accuracy) yet"
 
 
 @pytest.fixture(scope="module", params=sorted(path.stem for path in DATA.glob("*.zip")))
@@ -37,9 +33,8 @@ def case(request, tmp_path_factory):
 
 def evaluate(case, task):
     options = {"gt": str(case / "gt.json"), "pred": str(case / f"pred_{task}.json"), "protocol": "sgb",
-               "zeroshot_triplets": str(case / "zeroshot.json"), "k": ",".join(KS), "absent_predicates": "zero"}
-    if HAS_TASK:
-        options["task"] = task
+               "zeroshot_triplets": str(case / "zeroshot.json"), "k": ",".join(KS), "absent_predicates": "zero",
+               "task": task}
     return sgeval.evaluate(sgeval.load_config(**options))
 
 
@@ -49,8 +44,6 @@ def sgb_numbers(case, task):
 
 @pytest.mark.parametrize("task", ["sgdet", "sgcls", "predcls"])
 def test_sgeval_gives_sgb_numbers(case, task):
-    if task != "sgdet" and not HAS_TASK:
-        pytest.skip(NO_TASK)
     sgb, results = sgb_numbers(case, task), evaluate(case, task)
     keys = [f"{family}@{k}" for family in FAMILIES for k in KS]
     assert {key: results["metrics"][key] for key in keys} == pytest.approx({key: sgb[key] for key in keys},
@@ -60,10 +53,6 @@ def test_sgeval_gives_sgb_numbers(case, task):
 
 @pytest.mark.parametrize("task", ["sgcls", "predcls"])
 def test_pair_accuracy(case, task):
-    if not HAS_TASK:
-        pytest.skip(NO_TASK)
-    if "A" not in sgeval.METRIC_FAMILIES:
-        pytest.skip(NO_A)
     sgb, results = sgb_numbers(case, task), evaluate(case, task)
     keys = [f"A@{k}" for k in KS]
     assert {key: results["metrics"][key] for key in keys} == pytest.approx({key: sgb[key] for key in keys},
