@@ -36,6 +36,8 @@ Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in 
 with at least one relation; of the other entries (the training split) only ``segments_info``
 category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
 box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
+Visual Genome (VG150) and GQA-200 come in the same shape, box mode: the converters in the
+repository's convert/ folder write it from Scene-Graph-Benchmark's files.
 
 Predictions (SGBench v1 format, read compatibly)
 ------------------------------------------------
@@ -115,6 +117,30 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
   with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
   with mask IoU.
+* ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
+  or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
+  GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
+  and scores 1 in place of the stored ones (as Scene-Graph-Benchmark's evaluator does), sgcls with
+  the stored instances. Task check, reported per image (``task_check``): a prediction with another
+  number of instances than the GT (evaluated as stored, also in predcls), a box more than
+  BOX_TOLERANCE (1 px) away from its GT box in any coordinate (box mode), a label other than the
+  GT's (predcls).
+* A@k (Top@K accuracy, sgcls and predcls only; Scene-Graph-Benchmark's ``SGPairAccuracy``): the
+  protocol's R@k of the rows of ``triplets`` whose (subject, object) index pair is the pair of a
+  GT relation (the ranking restricted to GT pairs before the cut-off), pooled: hits summed over
+  the evaluated images over their GT relations, whatever ``aggregation`` says. It is not a recall
+  and is never shown as R@k.
+* F1@k = 2 R@k mR@k / (R@k + mR@k) (0 when both are 0); not in the default families.
+* ``predicate_groups``: mR@k per group (``mR@k/head``, ...), the mean of the group's per-predicate
+  mR@k with the protocol's absent-predicate rule. ``frequency``: predicates by training relation
+  count, head = the most frequent holding half of the training relations, body = the next ones up
+  to 90%, tail = the rest; ``pysgg-vg150``: PySGG's split of VG150 (its LONGTAIL_PART_DICT: head
+  has, of, on, wearing; body 12 predicates; tail the other 34); or a JSON/YAML file mapping group
+  names to predicate names.
+* Warnings for two misreadings: in sgcls / predcls, every row on a GT pair (predictions
+  restricted to GT pairs: their "R@k" is A@k); and a ``triplets`` list in which more than a third
+  of the rows repeat an earlier subject-object pair (a no-graph-constraint list given as the
+  graph-constrained one: openpsg and sgb read it as written).
 * Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
   predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
   ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
@@ -2333,10 +2359,25 @@ def _task_check(checks, images, examples=5):
     return report
 
 
+def converted_task(pred_path):
+    """The task a converter recorded in a prediction ZIP (its convert.json member), or None."""
+    try:
+        with zipfile.ZipFile(pred_path) as archive:
+            if archive.getinfo("convert.json").file_size > 1 << 20:
+                return None
+            task = json.loads(archive.read("convert.json")).get("task")
+    except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile, RecursionError):
+        return None
+    return task if task in TASKS else None
+
+
 def _list_warnings(config, checks, metrics):
     """The two misreadings of the Scene-Graph-Benchmark metrics explainer, when the lists show them."""
     rows, on_gt, repeating = (checks[:, CHECK_FIELDS.index(field)].sum() for field in CHECK_FIELDS[:3])
-    warnings = []
+    warnings, converted = [], converted_task(config.pred) if zipfile.is_zipfile(config.pred) else None
+    if converted not in (None, config.task):
+        warnings.append(f"the predictions were converted as {converted} (their convert.json) but are evaluated "
+                        f"as {config.task} (task); set task: {converted}")
     if config.task != "sgdet" and rows and on_gt == rows:
         same = [f"R@{a} = R@{b}" for a, b in zip(config.k, config.k[1:])
                 if metrics.get(f"R@{a}") is not None and metrics.get(f"R@{a}") == metrics.get(f"R@{b}")]

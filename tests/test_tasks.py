@@ -248,3 +248,15 @@ def test_tasks_match_the_reference(tmp_path, seed, task, with_masks):
         assert fast["task_check"]["labels_differ"]["images"] > 0
     assert (fast["task_check"]["boxes_differ"]["images"] > 0) == (not with_masks)  # mask mode: bbox not read
     assert any(value not in (None, 0) for key, value in fast["metrics"].items() if key.startswith("A@"))
+
+
+def test_a_task_other_than_the_converted_one_is_a_warning(tmp_path):
+    values = one_image_case(tmp_path, [0, 1, 2, 0], BOXES, [[0, 1, 0]])
+    predictions = json.loads((tmp_path / "pred.json").read_text())["images"]
+    for image in predictions:
+        image["instances"] = [{"category": i["category"], "bbox": i["bbox"]} for i in image["instances"]]
+    pred = sgeval.write_predictions(tmp_path / "pred.zip", predictions,
+                                    extra_members={"convert.json": json.dumps({"task": "predcls"}).encode()})
+    values["pred"] = str(pred)
+    assert any("converted as predcls" in w for w in sgeval.evaluate(values)["warnings"])
+    assert not any("converted as" in w for w in sgeval.evaluate({**values, "task": "predcls"})["warnings"])
