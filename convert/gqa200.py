@@ -104,8 +104,9 @@ def read_entries(path, problems):
     for number, values in enumerate(itertools.zip_longest(*lists, fillvalue=_END), 1):
         ended = [key for key, value in zip(LISTS, values) if value is _END]
         if ended:
-            problems.add(f"{path}: {', '.join(ended)} end(s) after {number - 1} entries, the other lists go on; "
-                         f"the lists are parallel and must have the same length")
+            longer = [key for key in LISTS if key not in ended]
+            problems.add(f"{path}: {' and '.join(ended)} hold(s) {number - 1} entries, {' and '.join(longer)} "
+                         f"more; the lists are parallel and must have the same length")
             return
         yield Entry(number, *values)
 
@@ -185,9 +186,10 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
     if not bad and len(classes) != len(boxes):
         bad.append(f"{where}: gt_classes_all has {len(classes)} values, gt_boxes_all {len(boxes)} boxes")
     if not bad:
-        bad += _out_of_range(classes[:, 0], 1, n_objects, "gt_classes_all", where)
-        bad += _out_of_range(relations[:, :2].ravel(), 0, len(boxes) - 1, "relationships_all (boxes)", where)
-        bad += _out_of_range(relations[:, 2], 1, n_predicates, "relationships_all (predicate)", where)
+        bad += filter(None, [
+            gtjson.out_of_range(classes[:, 0], 1, n_objects, "gt_classes_all", where),
+            gtjson.out_of_range(relations[:, :2], 0, len(boxes) - 1, "relationships_all (box indices)", where),
+            gtjson.out_of_range(relations[:, 2:], 1, n_predicates, "relationships_all (predicates)", where)])
     for line in bad:
         problems.add(line)
     if bad:
@@ -196,11 +198,6 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
     clipped = gtjson.clip_to_image(boxes.astype(np.float32), width, height)
     relations[:, 2] -= 1
     return gtjson.gt_entry(stem, entry.filename, width, height, classes[:, 0] - 1, clipped, relations)
-
-
-def _out_of_range(values, low, high, field, where):
-    bad = np.flatnonzero((values < low) | (values > high))
-    return [f"{where}: field '{field}' holds {values[bad[0]]}, outside {low}..{high}"] if bad.size else []
 
 
 def convert(info, train, test, out, split="test", write_train=True, skip_entry=SKIP_ENTRY,

@@ -118,6 +118,19 @@ def is_positive_int(value):
     return type(value) is int and value >= 1
 
 
+def out_of_range(values, low, high, field, where, first_row=None):
+    """The problem line for the first row of `values` ((N,) or (N, k)) holding a value outside
+    [low, high], or None. first_row: where the rows start in their dataset (then both numbers
+    are given)."""
+    bad = np.flatnonzero(((values < low) | (values > high)).reshape(len(values), -1).any(axis=1))
+    if not bad.size:
+        return None
+    row = int(bad[0])
+    at = f"row {row}" if first_row is None else f"row {first_row + row} (the image's row {row})"
+    more = f" (and {bad.size - 1} more rows)" if bad.size > 1 else ""
+    return f"{where}: field '{field}' {at} holds {values[row].tolist()}, outside {low}..{high}{more}"
+
+
 def clip_to_image(boxes, width, height):
     """float32 (N, 4) xyxy boxes clamped in place as maskrcnn_benchmark's BoxList.clip_to_image
     does (x to [0, width - 1], y to [0, height - 1], in float32); returns them."""

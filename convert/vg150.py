@@ -174,10 +174,10 @@ def read_image_data(path, n_images):
     problems, ids, widths, heights, dropped, kept = gtjson.Problems(), [], [], [], [], 0
     for position, item in enumerate(gtjson.stream_list(path)):
         image_id = item.get("image_id") if isinstance(item, dict) else None
-        if not gtjson.is_int(image_id):
+        if not gtjson.is_int(image_id):  # counted as an image: the count is not reported as well
             problems.add(f"{path}: entry {position}: field 'image_id' must be an integer")
-            continue
-        if image_id in CORRUPTED_IMAGE_IDS:
+            item, image_id = {}, -1
+        elif image_id in CORRUPTED_IMAGE_IDS:
             dropped.append(image_id)
             continue
         kept += 1
@@ -229,15 +229,6 @@ def _range(first, last, size, what, where, problems):
     return None
 
 
-def _bad_values(values, low, high, field, where, problems):
-    """Report the first value of `values` outside [low, high]; True if there was one."""
-    bad = np.flatnonzero((values < low) | (values > high))
-    if bad.size:
-        problems.add(f"{where}: field '{field}' row {bad[0]} is {values[bad[0]].tolist()}, outside {low}..{high}"
-                     + (f" (and {bad.size - 1} more)" if bad.size > 1 else ""))
-    return bool(bad.size)
-
-
 def read_image(roidb, index, i, sizes, n_objects, n_predicates, where, problems):
     """h5 image i -> (categories (G,), cx cy w h (G, 4) as stored, relations (R, 3) with 0-based
     predicates), or None after reporting its problems."""
@@ -251,15 +242,17 @@ def read_image(roidb, index, i, sizes, n_objects, n_predicates, where, problems)
     labels = roidb["labels"][boxes_at, 0].astype(np.int64)
     pairs = roidb["relationships"][rels_at].astype(np.int64) - boxes_at.start
     predicates = roidb["predicates"][rels_at, 0].astype(np.int64)
-    bad = [_bad_values(labels, 1, n_objects, "labels", where, problems),
-           _bad_values(predicates, 1, n_predicates, "predicates", where, problems),
-           _bad_values(pairs.ravel(), 0, len(labels) - 1, "relationships (minus img_to_first_box)", where,
-                       problems)]
+    bad = [gtjson.out_of_range(labels, 1, n_objects, "labels", where, boxes_at.start),
+           gtjson.out_of_range(predicates, 1, n_predicates, "predicates", where, rels_at.start),
+           gtjson.out_of_range(pairs, 0, len(labels) - 1, "relationships (minus img_to_first_box)", where,
+                               rels_at.start)]
+    for line in filter(None, bad):
+        problems.add(line)
     invalid = (cxcywh[:, :2] < 0).any(axis=1) | (cxcywh[:, 2:] <= 0).any(axis=1)
     if invalid.any():
         row = int(np.flatnonzero(invalid)[0])
-        problems.add(f"{where}: field 'boxes_1024' row {boxes_at.start + row} is {cxcywh[row].tolist()}; SGB needs "
-                     f"cx, cy >= 0 and w, h > 0")
+        problems.add(f"{where}: field 'boxes_1024' row {boxes_at.start + row} (the image's row {row}) holds "
+                     f"{cxcywh[row].tolist()}; SGB needs cx, cy >= 0 and w, h > 0")
     if any(bad) or invalid.any():
         return None
     return labels - 1, cxcywh, np.column_stack([pairs, predicates - 1])
