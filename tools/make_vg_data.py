@@ -69,6 +69,18 @@ def random_box_1024(rng, width, height):
     return [int(v) for v in (*(x + w // 2), *w)]
 
 
+def random_relations(rng, n_boxes, n_predicates, at_most, duplicate):
+    """1 to at_most - 1 random rows [s, o, p] (s != o, p 1-based) and, if `duplicate`, a repeat of
+    the first; none with fewer than two boxes."""
+    if n_boxes < 2:
+        return []
+    relations = []
+    for _ in range(int(rng.integers(1, at_most))):
+        s, o = rng.choice(n_boxes, 2, replace=False)
+        relations.append([int(s), int(o), int(rng.integers(1, n_predicates + 1))])
+    return relations + [list(relations[0])] if duplicate else relations
+
+
 def random_vg_images(rng, n_images, n_objects=VG_SIZES[0], n_predicates=VG_SIZES[1], first_id=1):
     """n_images random VG images (vg_image dicts), ids first_id, first_id + 1, ... skipping the
     corrupted ids."""
@@ -81,13 +93,7 @@ def random_vg_images(rng, n_images, n_objects=VG_SIZES[0], n_predicates=VG_SIZES
         n_boxes = 0 if index % 9 == 4 else int(rng.integers(1, 7))
         boxes = [random_box_1024(rng, width, height) for _ in range(n_boxes)]
         labels = rng.integers(1, n_objects + 1, n_boxes).tolist()
-        relations = []
-        if n_boxes >= 2 and index % 7 != 3:
-            for _ in range(int(rng.integers(1, 6))):
-                s, o = rng.choice(n_boxes, 2, replace=False)
-                relations.append([int(s), int(o), int(rng.integers(1, n_predicates + 1))])
-            if index % 3 == 0:
-                relations.append(list(relations[0]))  # a duplicate row
+        relations = random_relations(rng, n_boxes if index % 7 != 3 else 0, n_predicates, 6, index % 3 == 0)
         images.append(vg_image(image_id, width, height, split, boxes, labels, relations))
         image_id += 1
     return images
@@ -194,13 +200,7 @@ def random_gqa_images(rng, n_images, first_id=1, n_objects=GQA_SIZES[0], n_predi
             x2, y2 = x1 + rng.integers(1, width), y1 + rng.integers(1, height)  # may reach beyond the image
             box = [int(x1), int(y1), int(x2), int(y2)]
             boxes.append([v + 0.3 for v in box] if rng.random() < 0.2 else box)
-        relations = []
-        if n_boxes >= 2 and index % 6 != 2:
-            for _ in range(int(rng.integers(1, 5))):
-                s, o = rng.choice(n_boxes, 2, replace=False)
-                relations.append([int(s), int(o), int(rng.integers(1, n_predicates + 1))])
-            if index % 4 == 0:
-                relations.append(list(relations[-1]))  # a duplicate row
+        relations = random_relations(rng, n_boxes if index % 6 != 2 else 0, n_predicates, 5, index % 4 == 0)
         images.append(gqa_image(f"{first_id + index}.jpg", width, height, boxes,
                                 rng.integers(1, n_objects + 1, n_boxes).tolist(), relations))
     return images
