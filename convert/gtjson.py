@@ -122,9 +122,9 @@ def out_of_range(values, low, high, field, where, first_row=None):
     """The problem line for the first row of `values` ((N,) or (N, k)) holding a value outside
     [low, high], or None. first_row: where the rows start in their dataset (then both numbers
     are given)."""
-    bad = np.flatnonzero(((values < low) | (values > high)).reshape(len(values), -1).any(axis=1))
-    if not bad.size:
+    if not values.size or (values.min() >= low and values.max() <= high):
         return None
+    bad = np.flatnonzero(((values < low) | (values > high)).reshape(len(values), -1).any(axis=1))
     row = int(bad[0])
     at = f"row {row}" if first_row is None else f"row {first_row + row} (the image's row {row})"
     more = f" (and {bad.size - 1} more rows)" if bad.size > 1 else ""
@@ -152,9 +152,8 @@ def gt_entry(image_id, file_name, width, height, categories, boxes, relations):
 
 
 def duplicate_rows(relations):
-    """How many relation rows repeat an earlier row of the same image."""
-    relations = np.asarray(relations).reshape(-1, 3)
-    return len(relations) - len(np.unique(relations, axis=0))
+    """How many rows of a list of relation rows repeat an earlier one."""
+    return len(relations) - len(set(map(tuple, relations)))
 
 
 def write_gt(out, objects, predicates, entries, info, problems, source, progress=None, total=None):

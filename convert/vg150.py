@@ -65,6 +65,8 @@ CORRUPTED_IMAGE_IDS = (1592, 1722, 4616, 4617)  # vg.py:305, dropped from image_
 BOX_SCALE = 1024  # vg.py:15: boxes_1024 is read
 NUM_VAL_IMAGES = 5000  # vg.py:20, num_val_im
 SPLITS = ("test", "val")
+BLOCK_IMAGES = 512  # images read together (one h5 read per dataset)
+MAX_BLOCK_ROWS = 1 << 20  # rows a block read may span; images whose ranges lie further apart are read one by one
 TEST_FLAG, TRAIN_FLAG = 2, 0  # vg.py:342: val and train both come from split 0
 
 # dataset -> (its first dimension, its columns: None for 1-D, an int for exactly, (n,) for at least n)
@@ -229,50 +231,92 @@ def _range(first, last, size, what, where, problems):
     return None
 
 
-def read_image(roidb, index, i, sizes, n_objects, n_predicates, where, problems):
-    """h5 image i -> (categories (G,), cx cy w h (G, 4) as stored, relations (R, 3) with 0-based
-    predicates), or None after reporting its problems."""
+def image_ranges(index, i, sizes, where, problems):
+    """(box rows, relation rows) of h5 image i as slices, or None after reporting why not."""
     boxes_at = _range(int(index["img_to_first_box"][i]), int(index["img_to_last_box"][i]), sizes["boxes"], "box",
                       where, problems)
     rels_at = _range(int(index["img_to_first_rel"][i]), int(index["img_to_last_rel"][i]), sizes["relations"],
                      "relation", where, problems)
-    if boxes_at is None or rels_at is None:
-        return None
-    cxcywh = roidb["boxes_1024"][boxes_at]
-    labels = roidb["labels"][boxes_at, 0].astype(np.int64)
-    pairs = roidb["relationships"][rels_at].astype(np.int64) - boxes_at.start
-    predicates = roidb["predicates"][rels_at, 0].astype(np.int64)
-    bad = [gtjson.out_of_range(labels, 1, n_objects, "labels", where, boxes_at.start),
-           gtjson.out_of_range(predicates, 1, n_predicates, "predicates", where, rels_at.start),
-           gtjson.out_of_range(pairs, 0, len(labels) - 1, "relationships (minus img_to_first_box)", where,
-                               rels_at.start)]
-    for line in filter(None, bad):
-        problems.add(line)
-    invalid = (cxcywh[:, :2] < 0).any(axis=1) | (cxcywh[:, 2:] <= 0).any(axis=1)
+    return None if boxes_at is None or rels_at is None else (boxes_at, rels_at)
+
+
+class Rows(typing.NamedTuple):
+    """Rows of the per-box and per-relation datasets, read from box `box_start` and relation
+    `rel_start` on."""
+
+    box_start: int
+    rel_start: int
+    cxcywh: np.ndarray  # boxes_1024 as stored
+    labels: np.ndarray  # labels[:, 0], int64
+    pairs: np.ndarray  # relationships (global box indices), int64
+    predicates: np.ndarray  # predicates[:, 0], int64
+
+    def image(self, boxes_at, rels_at):
+        """The rows of one image, which lie inside these."""
+        b = slice(boxes_at.start - self.box_start, boxes_at.stop - self.box_start)
+        r = slice(rels_at.start - self.rel_start, rels_at.stop - self.rel_start)
+        return Rows(boxes_at.start, rels_at.start, self.cxcywh[b], self.labels[b], self.pairs[r], self.predicates[r])
+
+
+def read_rows(roidb, boxes_at, rels_at):
+    return Rows(boxes_at.start, rels_at.start, roidb["boxes_1024"][boxes_at], roidb["labels"][boxes_at, 0].astype(np.int64),
+                roidb["relationships"][rels_at].astype(np.int64), roidb["predicates"][rels_at, 0].astype(np.int64))
+
+
+def read_block(roidb, ranges):
+    """The Rows of each (boxes_at, rels_at) of `ranges`: one read per dataset for all of them when
+    their span is at most MAX_BLOCK_ROWS rows (h5py's cost is per read), else one per image."""
+    box_span = slice(min(b.start for b, _ in ranges), max(b.stop for b, _ in ranges))
+    rel_span = slice(min(r.start for _, r in ranges), max(r.stop for _, r in ranges))
+    if max(box_span.stop - box_span.start, rel_span.stop - rel_span.start) > MAX_BLOCK_ROWS:
+        return [read_rows(roidb, boxes_at, rels_at) for boxes_at, rels_at in ranges]
+    block = read_rows(roidb, box_span, rel_span)
+    return [block.image(boxes_at, rels_at) for boxes_at, rels_at in ranges]
+
+
+def checked_image(rows, n_objects, n_predicates, where, problems):
+    """One image's Rows -> (categories (G,), cx cy w h (G, 4) as stored, relations (R, 3) with
+    0-based predicates), or None after reporting its problems."""
+    pairs = rows.pairs - rows.box_start
+    bad = [gtjson.out_of_range(rows.labels, 1, n_objects, "labels", where, rows.box_start),
+           gtjson.out_of_range(rows.predicates, 1, n_predicates, "predicates", where, rows.rel_start),
+           gtjson.out_of_range(pairs, 0, len(rows.labels) - 1, "relationships (minus img_to_first_box)", where,
+                               rows.rel_start)]
+    invalid = (rows.cxcywh[:, :2] < 0).any(axis=1) | (rows.cxcywh[:, 2:] <= 0).any(axis=1)
     if invalid.any():
         row = int(np.flatnonzero(invalid)[0])
-        problems.add(f"{where}: field 'boxes_1024' row {boxes_at.start + row} (the image's row {row}) holds "
-                     f"{cxcywh[row].tolist()}; SGB needs cx, cy >= 0 and w, h > 0")
-    if any(bad) or invalid.any():
-        return None
-    return labels - 1, cxcywh, np.column_stack([pairs, predicates - 1])
+        bad.append(f"{where}: field 'boxes_1024' row {rows.box_start + row} (the image's row {row}) holds "
+                   f"{rows.cxcywh[row].tolist()}; SGB needs cx, cy >= 0 and w, h > 0")
+    bad = [line for line in bad if line]
+    for line in bad:
+        problems.add(line)
+    return None if bad else (rows.labels - 1, rows.cxcywh, np.column_stack([pairs, rows.predicates - 1]))
 
 
 def image_entries(roidb, index, images, sizes, order, evaluated, vocabulary, h5_path, image_data_path, problems):
-    """(entry, evaluated) of each h5 image in `order` (ascending h5 indices)."""
+    """(entry, evaluated) of each h5 image in `order` (ascending h5 indices), read BLOCK_IMAGES
+    images at a time."""
     n_objects, n_predicates = map(len, vocabulary)
-    for i in order:
-        image_id, width, height = (int(images.image_ids[i]), int(images.widths[i]), int(images.heights[i]))
-        where = f"{h5_path}: image {i} (image_id {image_id})"
-        if not width or not height:
-            problems.add(f"{image_data_path}: image {i} (image_id {image_id}): fields 'width' and 'height' must be "
-                         f"positive integers")
+    for block_start in range(0, len(order), BLOCK_IMAGES):
+        todo = []  # (h5 index, where, (boxes_at, rels_at))
+        for i in order[block_start:block_start + BLOCK_IMAGES].tolist():
+            where = f"{h5_path}: image {i} (image_id {images.image_ids[i]})"
+            if not images.widths[i] or not images.heights[i]:
+                problems.add(f"{image_data_path}: image {i} (image_id {images.image_ids[i]}): fields 'width' and "
+                             f"'height' must be positive integers")
+                continue
+            ranges = image_ranges(index, i, sizes, where, problems)
+            if ranges is not None:
+                todo.append((i, where, ranges))
+        if not todo:
             continue
-        image = read_image(roidb, index, i, sizes, n_objects, n_predicates, where, problems)
-        if image is not None:
-            categories, cxcywh, relations = image
-            yield gtjson.gt_entry(image_id, f"{image_id}.jpg", width, height, categories,
-                                  sgb_boxes(cxcywh, width, height), relations), bool(evaluated[i])
+        for (i, where, _), rows in zip(todo, read_block(roidb, [ranges for _, _, ranges in todo])):
+            image = checked_image(rows, n_objects, n_predicates, where, problems)
+            if image is not None:
+                image_id, width, height = (int(images.image_ids[i]), int(images.widths[i]), int(images.heights[i]))
+                categories, cxcywh, relations = image
+                yield gtjson.gt_entry(image_id, f"{image_id}.jpg", width, height, categories,
+                                      sgb_boxes(cxcywh, width, height), relations), bool(evaluated[i])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -114,6 +114,17 @@ def test_vg_boxes_match_a_plain_reimplementation_on_generated_files(tmp_path):
     assert checked_boxes > 50
 
 
+def test_vg_block_reads_and_image_by_image_reads_agree(tmp_path, monkeypatch):
+    """Images are read BLOCK_IMAGES at a time, or one by one when a block spans too many rows."""
+    images = mk.random_vg_images(np.random.default_rng(5), 40)
+    paths = vg_files(tmp_path, images)
+    expected, _ = vg_convert(tmp_path, images, num_val=5, files=paths)
+    for block_images, max_rows in ((3, vg150.MAX_BLOCK_ROWS), (8, 10), (1, 1)):
+        monkeypatch.setattr(vg150, "BLOCK_IMAGES", block_images)
+        monkeypatch.setattr(vg150, "MAX_BLOCK_ROWS", max_rows)
+        assert vg_convert(tmp_path, images, num_val=5, files=paths)[0] == expected
+
+
 def test_vg_vocabulary_categories_predicates_and_duplicate_rows(tmp_path):
     gt, summary = vg_convert(tmp_path, [SQUARE])
     assert gt["thing_classes"] == mk.names("object", 150) and gt["stuff_classes"] == []
