@@ -63,6 +63,7 @@ NUM_VAL_IMAGES = 5000  # gqa.py:314-319
 SPLITS = ("test", "val")
 LISTS = ("filenames_all", "img_info_all", "gt_boxes_all", "gt_classes_all", "relationships_all")
 BACKGROUND = "__background__"
+_END = object()  # a parallel list that has ended
 
 
 class Entry(typing.NamedTuple):
@@ -109,9 +110,6 @@ def read_entries(path, problems):
                          f"more; the lists are parallel and must have the same length")
             return
         yield Entry(number, *values)
-
-
-_END = object()
 
 
 def _size(value):
@@ -173,6 +171,14 @@ def _integer_rows(rows, width):
 def convert_entry(entry, n_objects, n_predicates, where, problems):
     """A kept entry -> the sgeval GT entry, or None after reporting its problems."""
     where = f"{where}: entry {entry.number} ({entry.filename!r})"
+    too_many = [f"{where}: field '{field}' holds {count} rows, more than the limit of {limit} per image"
+                for field, count, limit in (("gt_boxes_all", len(entry.boxes), gtjson.MAX_BOXES),
+                                            ("relationships_all", len(entry.relations), gtjson.MAX_RELATIONS))
+                if count > limit]
+    if too_many:  # before any array is built
+        for line in too_many:
+            problems.add(line)
+        return None
     stem = PurePosixPath(entry.filename).stem if isinstance(entry.filename, str) else None
     size, boxes = _image_size(entry.info), _boxes(entry.boxes)
     classes = _integer_rows(entry.classes, 1) if isinstance(entry.classes, list) else None

@@ -419,6 +419,12 @@ def test_gqa_bad_files(tmp_path):
     only(gqa_problems(tmp_path, None, None, paths)[0], paths["info"], None, "'ind_to_predicates'")
 
 
+def test_gqa_oversized_entry_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(gtjson, "MAX_RELATIONS", 2)
+    problems, paths = gqa_problems(tmp_path, [], [gqa("many", relations=([0, 1, 1],) * 3)])
+    only(problems, paths["test"], None, "entry 1", "'relationships_all' holds 3 rows", "limit of 2")
+
+
 def test_gqa_image_in_both_files_is_refused(tmp_path):
     problems, paths = gqa_problems(tmp_path, [gqa("same")], [gqa("same")])
     only(problems, paths["test"], None, "image_id same occurs twice")
