@@ -80,6 +80,8 @@ def read_small_json(path, what):
             raise ConvertError([f"{path}: {size} bytes is more than the {MAX_SMALL_JSON} a {what} may have"])
         with open(path, "rb") as handle:
             return json.loads(handle.read().decode("utf-8-sig"))
+    except ConvertError:
+        raise
     except (OSError, ValueError, RecursionError) as error:
         raise ConvertError([f"{path}: cannot read the {what}: {type(error).__name__}: {error}"]) from None
 
@@ -105,6 +107,8 @@ def stream_list(path, key=None):
                     yield from value
                     return
             raise ConvertError([f"{path}: missing top-level field '{key}'"])
+    except ConvertError:
+        raise
     except (OSError, ValueError, RecursionError) as error:
         raise ConvertError([f"{path}: cannot read JSON: {type(error).__name__}: {error}"]) from None
 

@@ -248,6 +248,14 @@ def test_vg_bad_image_data(tmp_path, change, image, words):
     rewrite(paths["image_data"], change)
     problems, _ = vg_problems(tmp_path, BASE, files=paths)
     only(problems, paths["image_data"], image, *words)
+    assert "ConvertError" not in problems[0]
+
+
+def test_vg_oversized_dicts_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(gtjson, "MAX_SMALL_JSON", 100)
+    problems, paths = vg_problems(tmp_path, BASE)
+    assert problems == [f"{paths['dicts']}: {paths['dicts'].stat().st_size} bytes is more than the 100 a VG dicts "
+                        f"file may have"]
 
 
 def test_vg_bad_image_data_json(tmp_path):
