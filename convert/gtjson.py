@@ -41,7 +41,7 @@ from convert.common import ConvertError
 
 MAX_PROBLEMS = 100  # problems listed; the rest are counted
 MAX_SMALL_JSON = 1 << 26  # bytes of a vocabulary file read whole (the real ones are well under 1 MiB)
-MAX_BOXES = 10_000  # boxes of one image (VG150 and GQA-200 images hold well under 100)
+MAX_BOXES = 10_000  # boxes of one image (VG150 and GQA-200 images hold far fewer)
 MAX_RELATIONS = 1_000_000  # relation rows of one image
 
 
