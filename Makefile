@@ -5,6 +5,8 @@
 #                           module and console script) and the test-only sgbench (redone only when the
 #                           requirements files or pyproject.toml change)
 #   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
+#   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): convert.vg150,
+#                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
 #   make test               run the test suite
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
 #                           recipe) exists, first convert the raw model output it names into the config's
@@ -34,7 +36,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup demo demo-data demo-vg test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP)
 
@@ -58,6 +60,10 @@ demo-data: $(STAMP)
 
 demo: demo-data
 	$(PY) sgeval.py --config configs/demo.yaml
+
+demo-vg: $(STAMP)
+	rm -rf demo/vg && $(PY) -m tools.make_vg_demo --out demo/vg
+	$(PY) sgeval.py --config configs/vg150-demo.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
@@ -113,7 +119,7 @@ check-sgb: $(STAMP)
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 clean:
-	rm -rf $(DEMO) demo/results.json .pytest_cache
+	rm -rf $(DEMO) demo/vg demo/results.json .pytest_cache
 	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
