@@ -1095,9 +1095,10 @@ def describe(summary):
              f"{summary.get('ng_triplets', 0)} ng_triplets in {summary['seconds']:.1f} s"]
     if layouts:
         lines.append(f"layouts: {layouts}")
-    lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
-                 f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
     tasks = ", ".join(f"{key[5:]} {value}" for key, value in sorted(summary.items()) if key.startswith("task:"))
+    if not tasks:  # the mask families
+        lines.append(f"object scores used for {summary.get('object_scores', 0)} images, raw boxes for "
+                     f"{summary.get('raw_boxes', 0)} (mask boxes otherwise)")
     if tasks:
         lines.append(f"task: {tasks} images{' (guessed from the fields: --task auto)' * bool(summary.get('guessed'))}")
     if summary.get("task_fields_differ"):
@@ -1108,6 +1109,10 @@ def describe(summary):
         lines.append(f"images whose boxes were resized to the GT image size: {summary['resized']}")
     if summary.get("self_pairs"):
         lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
+    if summary.get("pred_rel_rows"):
+        lines.append(f"pred_rel_labels differ from argmax(pred_rel_scores[:, 1:]) + 1 on "
+                     f"{summary.get('pred_rel_labels_differ', 0)} of {summary['pred_rel_rows']} relation rows "
+                     f"(ignored, as Scene-Graph-Benchmark's evaluator ignores them)")
     if summary.get("rel_rows"):
         lines.append(f"rel_labels differ from argmax(rel_dists) + 1 on {summary.get('rel_labels_differ', 0)} "
                      f"of {summary['rel_rows']} relation rows")

@@ -263,7 +263,7 @@ def _rel_labels_notes(prediction, predicates):
     labels = prediction.extra_field("pred_rel_labels")
     if not isinstance(labels, np.ndarray) or labels.shape != predicates.shape or labels.dtype.kind not in "iu":
         return {}
-    return {"rel_rows": len(labels), "rel_labels_differ": int(np.count_nonzero(labels != predicates + 1))}
+    return {"pred_rel_rows": len(labels), "pred_rel_labels_differ": int(np.count_nonzero(labels != predicates + 1))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def test_both_formats_convert_to_what_sgeval_reads_and_evaluates(tmp_path, gt, l
 def test_pred_rel_labels_are_ignored_and_counted(tmp_path, gt):
     summary = sgb.convert(write_results(tmp_path / "r.pytorch"), tmp_path / "out.zip", gt)
     # stored labels [2, 1, 3, 1] against argmax + 1 = [2, 1, 2, 1]
-    assert summary["rel_rows"] == 4 and summary["rel_labels_differ"] == 1
+    assert summary["pred_rel_rows"] == 4 and summary["pred_rel_labels_differ"] == 1
     assert "rel_labels differ from argmax" in common.describe(summary)
 
 
