@@ -21,26 +21,10 @@ if [ -z "${OPENPSG:-}" ]; then
     echo "setup.sh: OPENPSG=<path> is required: an OpenPSG checkout or git mirror holding commit $COMMIT" >&2
     exit 2
 fi
-GIT_DIR=$(git -C "$OPENPSG" rev-parse --absolute-git-dir 2>/dev/null) || GIT_DIR=
-if [ -z "$GIT_DIR" ] || ! git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
-    echo "setup.sh: $OPENPSG is not a git repository holding OpenPSG's commit $COMMIT" \
-         "(clone https://github.com/Jingkang50/OpenPSG, or git fetch it there)" >&2
-    exit 2
-fi
+. "$ROOT/tools/oracle_venv.sh"
+GIT_DIR=$(git_dir_at_commit "$OPENPSG" OpenPSG https://github.com/Jingkang50/OpenPSG)
 mkdir -p "$BUILD"
-
-# The venv: (re)installed when setup.sh or sgeval's requirements are newer than its stamp.
-STAMP=$BUILD/venv/.installed
-[ -x "$BUILD/venv/bin/python" ] || "$PYTHON" -m venv "$BUILD/venv"
-if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
-        || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
-    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q "$TORCH" terminaltables==3.1.10 \
-        -r "$ROOT/requirements.txt"
-    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q --no-deps -e "$ROOT"
-    SITE=$("$BUILD/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    echo "$BUILD/openpsg_src" > "$SITE/openpsg_check.pth"  # `import openpsg` finds the extracted package
-    touch "$STAMP"
-fi
+build_venv openpsg_src terminaltables==3.1.10
 
 # mmdet 2.20.0: iou2d_calculator.py (bbox_overlaps, as OpenPSG calls it) and core/evaluation/bbox_overlaps.py.
 [ -f "$BUILD/downloads/$WHEEL" ] || "$BUILD/venv/bin/pip" download --disable-pip-version-check -q --no-deps \

@@ -30,25 +30,10 @@ if [ -z "${SGB:-}" ]; then
     echo "setup.sh: SGB=<path> is required: a Scene-Graph-Benchmark.pytorch checkout or git mirror holding commit $COMMIT" >&2
     exit 2
 fi
-GIT_DIR=$(git -C "$SGB" rev-parse --absolute-git-dir 2>/dev/null) || GIT_DIR=
-if [ -z "$GIT_DIR" ] || ! git --git-dir="$GIT_DIR" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
-    echo "setup.sh: $SGB is not a git repository holding Scene-Graph-Benchmark.pytorch's commit $COMMIT" \
-         "(clone https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch, or git fetch it there)" >&2
-    exit 2
-fi
+. "$ROOT/tools/oracle_venv.sh"
+GIT_DIR=$(git_dir_at_commit "$SGB" Scene-Graph-Benchmark.pytorch https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch)
 mkdir -p "$BUILD"
-
-# The venv: (re)installed when setup.sh or sgeval's requirements are newer than its stamp.
-STAMP=$BUILD/venv/.installed
-[ -x "$BUILD/venv/bin/python" ] || "$PYTHON" -m venv "$BUILD/venv"
-if [ ! -f "$STAMP" ] || [ "$ROOT/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
-        || [ "$HERE/setup.sh" -nt "$STAMP" ]; then
-    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q "$TORCH" -r "$ROOT/requirements.txt"
-    "$BUILD/venv/bin/pip" install --disable-pip-version-check -q --no-deps -e "$ROOT"
-    SITE=$("$BUILD/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    echo "$BUILD/sgb_src" > "$SITE/sgb_check.pth"  # `import maskrcnn_benchmark` finds the extracted files
-    touch "$STAMP"
-fi
+build_venv sgb_src
 
 # SGB's files, as committed (git cat-file: a mirror may lack the large data blobs git archive would walk).
 rm -rf "$BUILD/sgb_src"
