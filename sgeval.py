@@ -20,11 +20,13 @@ How one image flows
    row of 64-bit words (``pack_segments``); ``load_pred_masks`` reads the TIFF's layout with
    tifffile and inflates its pages (imagecodecs) into the same rows. ``mask_boxes`` gives each
    mask's area and box, which prune the IoU work.
-3. Match. ``mask_iou`` (or ``box_iou``) compares predictions with the GT instances of their
-   category; ``match_unique`` / ``best_candidates`` map them to GT. For SingleMPO and the audit,
-   ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
-4. Count. ``image_counts`` turns a matching and the triplet lists into integer counts per cut-off
-   and predicate: an ``ImageResult``.
+3. Match. ``task_instances`` puts the GT's instances in place of a PredCls prediction's.
+   ``mask_iou`` (or ``box_iou``) compares predictions with the GT instances of their category;
+   ``match_protocol`` makes each protocol's ``Matching`` (``match_unique`` / ``best_candidates``
+   map predictions to GT; openpsg and sgb keep every pair meeting the IoU). For SingleMPO and the
+   audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
+4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
+   a Matching and the triplet lists into integer counts per cut-off and predicate: an ``ImageResult``.
 5. Aggregate. ``CountStore`` keeps every image's counts; ``aggregate`` turns them into metrics,
    ``build_results`` into the results dict, ``format_table`` into the printed table.
 
