@@ -4,6 +4,10 @@ Run them as modules from the repository root (they import ``sgeval`` and each ot
     python -m convert.openpsg --gt psg.json results.pkl out.zip   # IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer
     python -m convert.hilo    --gt psg.json results.pkl out.zip   # HiLo
     python -m convert.pairnet --gt psg.json results.pkl out.zip   # Pair-Net
+    python -m convert.sgb --gt vg150.json --task predcls eval_results.pytorch out.zip  # Scene-Graph-Benchmark, PySGG
+    python -m convert.vg150 --h5 ... --dicts ... --image-data ... --out vg150.json   # VG150 GT (SGB's files)
+    python -m convert.gqa200 --info ... --train ... --test ... --out gqa200.json      # GQA-200 GT
+    python -m convert.zeroshot zeroshot_triplet.pytorch zeroshot.json               # SGB's zero-shot list
     python -m convert --config configs/hilo.yaml                  # what `make eval MODEL=hilo` runs first
 
 The shared rules and the restricted unpickler live in ``convert/common.py``; ``convert/README.md``
