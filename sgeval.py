@@ -141,8 +141,9 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   names to predicate names.
 * Warnings for two misreadings: in sgcls / predcls, every row on a GT pair (predictions
   restricted to GT pairs: their "R@k" is A@k); and a ``triplets`` list in which more than a third
-  of the rows repeat an earlier subject-object pair (a no-graph-constraint list given as the
-  graph-constrained one: openpsg and sgb read it as written).
+  of the rows repeat an earlier subject-object pair (one-stage models write such lists; so does
+  a no-graph-constraint list given as the graph-constrained one, and openpsg and sgb read it as
+  written).
 * Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
   predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
   ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
@@ -2387,10 +2388,10 @@ def _list_warnings(config, checks, metrics):
                         f"look restricted to GT pairs{' (' + ', '.join(same) + ')' if same else ''}; recall from "
                         f"them is Top@K accuracy (A@K), not R@K")
     if rows and repeating * 3 > rows:
-        warnings.append(f"{repeating} of {rows} rows of 'triplets' repeat a subject-object pair with another "
-                        f"predicate: it looks like a no-graph-constraint list; unique / singlempo keep the first "
-                        f"predicate of each pair, but openpsg / sgb read the rows as written, so their R@K would "
-                        f"be a no-graph-constraint recall (ngR@K)")
+        warnings.append(f"{repeating} of {rows} rows of 'triplets' repeat a subject-object pair (several "
+                        f"predicates per pair): unique / singlempo keep the first row of each pair (the graph "
+                        f"constraint), openpsg / sgb count every row, so their R@K is partly a no-graph-constraint "
+                        f"recall; if 'triplets' is a no-graph-constraint list, report these numbers as ngR@K, not R@K")
     return warnings
 
 
