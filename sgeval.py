@@ -1851,22 +1851,26 @@ CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_c
 
 
 def task_instances(gt, pred, task):
-    """The prediction the protocols match under the task, and its CHECK_FIELDS counts. predcls:
-    the GT's categories and boxes, scores 1 (when the prediction has as many instances as the GT;
-    else it is evaluated as stored, and counted); sgcls and sgdet: as stored."""
+    """(the prediction the protocols match under the task, its CHECK_FIELDS counts as a dict, (T,)
+    bool: the rows of triplets on the index pair of a GT relation). predcls: the GT's categories
+    and boxes, scores 1 (when the prediction has as many instances as the GT; else it is evaluated
+    as stored, and counted); sgcls and sgdet: as stored."""
     G, T = len(gt.categories), pred.triplets
     span = max(len(pred.categories), G, 1)
     pairs, gt_pairs = T[:, 0] * span + T[:, 1], gt.relations[:, 0] * span + gt.relations[:, 1]
-    same_count = len(pred.categories) == G
-    check = [len(T), np.count_nonzero(np.isin(pairs, gt_pairs)), _repeats(pairs), int(not same_count), 0, 0]
+    on_gt_pairs, same_count = np.isin(pairs, gt_pairs), len(pred.categories) == G
+    check = dict.fromkeys(CHECK_FIELDS, 0)
+    check.update(rows=len(T), rows_on_gt_pairs=np.count_nonzero(on_gt_pairs), rows_repeating_a_pair=_repeats(pairs),
+                 instance_count_differs=int(task != "sgdet" and not same_count))
     if task == "sgdet" or not same_count:
-        return pred, check
+        return pred, check, on_gt_pairs
     if pred.boxes is not None:
-        check[4] = int((np.abs(pred.boxes - gt.boxes) > BOX_TOLERANCE).any())
+        check["boxes_differ"] = int((np.abs(pred.boxes - gt.boxes) > BOX_TOLERANCE).any())
     if task == "sgcls":
-        return pred, check
-    check[5] = int((pred.categories != gt.categories).any())
-    return dataclasses.replace(pred, categories=gt.categories, boxes=gt.boxes, scores=np.ones(G)), check
+        return pred, check, on_gt_pairs
+    check["labels_differ"] = int((pred.categories != gt.categories).any())
+    return (dataclasses.replace(pred, categories=gt.categories, boxes=gt.boxes, scores=np.ones(G)), check,
+            on_gt_pairs)
 
 
 def gt_masks_as_predictions(gt, threshold):
@@ -1918,10 +1922,12 @@ def evaluate_image(task):
                              _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates)
         counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
-        check = [0, 0, 0, int(settings.task != "sgdet" and len(gt.categories) > 0), 0, 0]
-        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], check)
-    pred, check = task_instances(gt, pred, settings.task)
-    as_gt = settings.task == "predcls" and not check[3]
+        check = dict.fromkeys(CHECK_FIELDS, 0)
+        check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
+        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
+    pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
+    as_gt = settings.task == "predcls" and not check["instance_count_differs"]
+    check = list(check.values())
     merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
     masks = None
     try:
@@ -1940,10 +1946,8 @@ def evaluate_image(task):
     matchings = [match_protocol(protocol, gt, pred, iou, masks, merge, settings) for protocol in settings.protocols]
     counts = {m.protocol: protocol_counts(gt, m, pred.triplets, pred.ng_triplets, settings) for m in matchings}
     if settings.task != "sgdet":  # A@k: the rows on GT pairs (instances are the GT's, by index)
-        pairs_on_gt = np.isin(pred.triplets[:, 0] * len(gt.categories) + pred.triplets[:, 1],
-                              gt.relations[:, 0] * len(gt.categories) + gt.relations[:, 1])
         for m in matchings:
-            restricted = protocol_counts(gt, m, pred.triplets[pairs_on_gt], _NO_TRIPLETS, settings)
+            restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
             counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
     return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
 

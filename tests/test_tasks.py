@@ -260,3 +260,12 @@ def test_a_task_other_than_the_converted_one_is_a_warning(tmp_path):
     values["pred"] = str(pred)
     assert any("converted as predcls" in w for w in sgeval.evaluate(values)["warnings"])
     assert not any("converted as" in w for w in sgeval.evaluate({**values, "task": "predcls"})["warnings"])
+
+
+def test_a_at_k_reads_index_pairs_when_the_prediction_has_more_instances_than_the_gt(tmp_path):
+    # (1, 4) must not be taken for the GT pair (2, 0): with 4 GT instances both would key 1 * 4 + 4 = 2 * 4 + 0
+    values = one_image_case(tmp_path, [0, 1, 2, 0, 1], BOXES + [[80, 80, 90, 90]], [[1, 4, 0], [2, 0, 0]],
+                            relations=[(2, 0, 0)])
+    result = sgeval.evaluate({**values, "task": "sgcls"})
+    assert result["task_check"]["instance_count_differs"]["images"] == 1
+    assert result["metrics"]["A@1"] == 1 and result["metrics"]["R@1"] == 0
