@@ -19,25 +19,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from tools.stand_ins import load_source, module
+
 BUILD = Path(__file__).resolve().parent / "build"
 OPENPSG = BUILD / "openpsg_src"
 MMDET = BUILD / "mmdet_src"
-
-
-def _module(name, **attributes):
-    module = sys.modules.get(name) or types.ModuleType(name)
-    module.__dict__.update(attributes)
-    sys.modules[name] = module
-    return module
-
-
-def _load(name, path):
-    """Execute the source file `path` as module `name` (its parent packages need not be real)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class _ProgressBar:  # mmcv.ProgressBar
@@ -105,33 +91,33 @@ def _install():
     """The stand-ins, mmdet's two files, then OpenPSG's files, into sys.modules."""
     if not (OPENPSG / "openpsg").is_dir() or not MMDET.is_dir():
         sys.exit(f"{BUILD}: OpenPSG's or mmdet's source is missing; run OPENPSG=<checkout> {BUILD.parent}/setup.sh")
-    _module("mmcv", ProgressBar=_ProgressBar, FileClient=lambda **kwargs: None,
+    module("mmcv", ProgressBar=_ProgressBar, FileClient=lambda **kwargs: None,
             load=lambda path: json.loads(Path(path).read_text()))
-    sys.modules["mmcv"].utils = _module("mmcv.utils", print_log=_print_log)
+    sys.modules["mmcv"].utils = module("mmcv.utils", print_log=_print_log)
     for name in ("mmdet", "mmdet.core.bbox", "mmdet.core.bbox.iou_calculators"):
-        _module(name)
-    _module("mmdet.core.bbox.iou_calculators.builder", IOU_CALCULATORS=_Registry())
-    iou2d = _load("mmdet.core.bbox.iou_calculators.iou2d_calculator",
+        module(name)
+    module("mmdet.core.bbox.iou_calculators.builder", IOU_CALCULATORS=_Registry())
+    iou2d = load_source("mmdet.core.bbox.iou_calculators.iou2d_calculator",
                   MMDET / "mmdet/core/bbox/iou_calculators/iou2d_calculator.py")
-    _module("mmdet.core", bbox_overlaps=iou2d.bbox_overlaps)
-    _module("mmdet.core.evaluation")
-    _load("mmdet.core.evaluation.bbox_overlaps", MMDET / "mmdet/core/evaluation/bbox_overlaps.py")
-    _module("mmdet.datasets", DATASETS=_Registry(), CocoPanopticDataset=_CocoPanopticDataset)
-    _module("mmdet.datasets.coco_panoptic", COCOPanoptic=_COCOPanoptic)
-    _module("mmdet.datasets.pipelines", Compose=lambda pipeline: None)
-    _module("detectron2")
-    _module("detectron2.data")
-    _module("detectron2.data.detection_utils", read_image=_read_image)
-    _module("panopticapi")
-    _module("panopticapi.utils", rgb2id=_rgb2id)
+    module("mmdet.core", bbox_overlaps=iou2d.bbox_overlaps)
+    module("mmdet.core.evaluation")
+    load_source("mmdet.core.evaluation.bbox_overlaps", MMDET / "mmdet/core/evaluation/bbox_overlaps.py")
+    module("mmdet.datasets", DATASETS=_Registry(), CocoPanopticDataset=_CocoPanopticDataset)
+    module("mmdet.datasets.coco_panoptic", COCOPanoptic=_COCOPanoptic)
+    module("mmdet.datasets.pipelines", Compose=lambda pipeline: None)
+    module("detectron2")
+    module("detectron2.data")
+    module("detectron2.data.detection_utils", read_image=_read_image)
+    module("panopticapi")
+    module("panopticapi.utils", rgb2id=_rgb2id)
 
     importlib.import_module("openpsg.evaluation.sgg_eval")  # the real package (openpsg/__init__.py is empty)
 
     # openpsg.models and openpsg.datasets: their __init__ files import the models; load only the
     # two files needed, under their real module names.
     for name in ("openpsg.models", "openpsg.models.relation_heads", "openpsg.datasets"):
-        _module(name)
-    relation_util = _load("openpsg.models.relation_heads.approaches.relation_util",
+        module(name)
+    relation_util = load_source("openpsg.models.relation_heads.approaches.relation_util",
                           OPENPSG / "openpsg/models/relation_heads/approaches/relation_util.py")
-    _module("openpsg.models.relation_heads.approaches", Result=relation_util.Result)
-    _load("openpsg.datasets.psg", OPENPSG / "openpsg/datasets/psg.py")
+    module("openpsg.models.relation_heads.approaches", Result=relation_util.Result)
+    load_source("openpsg.datasets.psg", OPENPSG / "openpsg/datasets/psg.py")

@@ -24,7 +24,7 @@ import sys
 import types
 from pathlib import Path
 
-from tools.openpsg_check.openpsg_env import _load, _module  # sys.modules helpers (no OpenPSG needed)
+from tools.stand_ins import load_source, module
 
 BUILD = Path(__file__).resolve().parent / "build"
 SGB = BUILD / "sgb_src"
@@ -50,7 +50,7 @@ STAND_INS = {
 
 
 def _package(name):
-    return _module(name, __path__=[])
+    return module(name, __path__=[])
 
 
 def _never_called(what):
@@ -75,25 +75,27 @@ def load():
 def _install():
     if not (SGB / "maskrcnn_benchmark").is_dir():
         sys.exit(f"{BUILD}: Scene-Graph-Benchmark's source is missing; run SGB=<checkout> {BUILD.parent}/setup.sh")
-    if str(SGB) not in sys.path:  # the build venv has it through a .pth file; other interpreters do not
-        sys.path.insert(0, str(SGB))
-    _module("maskrcnn_benchmark.layers", nms=_never_called("maskrcnn_benchmark.layers.nms"))
+    found = importlib.util.find_spec("maskrcnn_benchmark")
+    if found is None or Path(found.origin).parent != SGB / "maskrcnn_benchmark":
+        sys.exit(f"{BUILD}: import maskrcnn_benchmark from its extracted source: run with {BUILD}/venv/bin/python "
+                 f"(its sgb_check.pth puts {SGB} on the path)")
+    module("maskrcnn_benchmark.layers", nms=_never_called("maskrcnn_benchmark.layers.nms"))
     if importlib.util.find_spec("scipy") is None:
         _package("scipy")
-        _module("scipy.linalg", block_diag=_never_called("scipy.linalg.block_diag"))
+        module("scipy.linalg", block_diag=_never_called("scipy.linalg.block_diag"))
     _package("maskrcnn_benchmark.data").get_dataset_statistics = _never_called("get_dataset_statistics")
     for name in ("maskrcnn_benchmark.data.datasets", "maskrcnn_benchmark.data.datasets.evaluation", EVAL_VG):
         _package(name)
     _package("pycocotools")
-    _module("pycocotools.coco", COCO=_never_called("pycocotools COCO"))
-    _module("pycocotools.cocoeval", COCOeval=_never_called("pycocotools COCOeval"))
+    module("pycocotools.coco", COCO=_never_called("pycocotools COCO"))
+    module("pycocotools.cocoeval", COCOeval=_never_called("pycocotools COCOeval"))
     if importlib.util.find_spec("tqdm") is None:
-        _module("tqdm", tqdm=_never_called("tqdm"))
+        module("tqdm", tqdm=_never_called("tqdm"))
 
     importlib.import_module("maskrcnn_benchmark.structures.bounding_box")  # real packages from here on
     importlib.import_module("maskrcnn_benchmark.structures.boxlist_ops")
     importlib.import_module("maskrcnn_benchmark.utils.miscellaneous")
     folder = SGB / "maskrcnn_benchmark/data/datasets/evaluation/vg"
-    _load(f"{EVAL_VG}.sgg_eval", folder / "sgg_eval.py")
-    _load(f"{EVAL_VG}.vg_eval", folder / "vg_eval.py")
-    _load("maskrcnn_benchmark.data.datasets.visual_genome", SGB / "maskrcnn_benchmark/data/datasets/visual_genome.py")
+    load_source(f"{EVAL_VG}.sgg_eval", folder / "sgg_eval.py")
+    load_source(f"{EVAL_VG}.vg_eval", folder / "vg_eval.py")
+    load_source("maskrcnn_benchmark.data.datasets.visual_genome", SGB / "maskrcnn_benchmark/data/datasets/visual_genome.py")
