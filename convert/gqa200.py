@@ -146,28 +146,6 @@ def _image_size(info):
     return int(size[0]), int(size[1])
 
 
-def _boxes(boxes):
-    """(N, 4) float64 of a list of four finite numbers each, else None."""
-    if not all(isinstance(b, list) and len(b) == 4 and all(type(v) in (int, float) for v in b) for b in boxes):
-        return None
-    try:
-        array = np.array(boxes, np.float64).reshape(-1, 4)
-    except OverflowError:
-        return None
-    return array if np.isfinite(array).all() else None
-
-
-def _integer_rows(rows, width):
-    """(N, width) int64 of a list of rows of `width` JSON integers (width 1: a flat list), else None."""
-    flat = rows if width == 1 else [v for row in rows if isinstance(row, list) and len(row) == width for v in row]
-    if len(flat) != len(rows) * width or not all(map(gtjson.is_int, flat)):
-        return None
-    try:
-        return np.array(flat, np.int64).reshape(-1, width)
-    except OverflowError:
-        return None
-
-
 def convert_entry(entry, n_objects, n_predicates, where, problems):
     """A kept entry -> the sgeval GT entry, or None after reporting its problems."""
     where = f"{where}: entry {entry.number} ({entry.filename!r})"
@@ -180,9 +158,9 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
             problems.add(line)
         return None
     stem = PurePosixPath(entry.filename).stem if isinstance(entry.filename, str) else None
-    size, boxes = _image_size(entry.info), _boxes(entry.boxes)
-    classes = _integer_rows(entry.classes, 1) if isinstance(entry.classes, list) else None
-    relations = _integer_rows(entry.relations, 3)
+    size, boxes = _image_size(entry.info), sgeval._box_array(entry.boxes)  # the GT reader's own checks
+    classes = sgeval._int_array(entry.classes) if isinstance(entry.classes, list) else None
+    relations = sgeval._rows_array(entry.relations, 3)
     checks = [(stem or None, "filenames_all", "a file name"),
               (size, "img_info_all", "an object with a positive integer width and height"),
               (boxes, "gt_boxes_all", "a list of [x1, y1, x2, y2] finite numbers"),
@@ -193,7 +171,7 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
         bad.append(f"{where}: gt_classes_all has {len(classes)} values, gt_boxes_all {len(boxes)} boxes")
     if not bad:
         bad += filter(None, [
-            gtjson.out_of_range(classes[:, 0], 1, n_objects, "gt_classes_all", where),
+            gtjson.out_of_range(classes, 1, n_objects, "gt_classes_all", where),
             gtjson.out_of_range(relations[:, :2], 0, len(boxes) - 1, "relationships_all (box indices)", where),
             gtjson.out_of_range(relations[:, 2:], 1, n_predicates, "relationships_all (predicates)", where)])
     for line in bad:
@@ -203,7 +181,7 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
     width, height = size
     clipped = gtjson.clip_to_image(boxes.astype(np.float32), width, height)
     relations[:, 2] -= 1
-    return gtjson.gt_entry(stem, entry.filename, width, height, classes[:, 0] - 1, clipped, relations)
+    return gtjson.gt_entry(stem, entry.filename, width, height, classes - 1, clipped, relations)
 
 
 def convert(info, train, test, out, split="test", write_train=True, skip_entry=SKIP_ENTRY,
