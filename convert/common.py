@@ -794,13 +794,21 @@ def field(result, name, where, required=True):
     return array
 
 
+def has_shape(array, shape):
+    """True when the array has the axes of ``shape`` (a tuple of lengths, None = any length)."""
+    return array.ndim == len(shape) and all(n is None or n == m for n, m in zip(shape, array.shape))
+
+
+def shape_text(shape):
+    """``shape`` as messages show it: (n, 4) for (None, 4)."""
+    return "(" + ", ".join("n" if n is None else str(n) for n in shape) + ")"
+
+
 def _integers(array, name, shape, where):
     """Check an integer-valued array of the given shape (None = any length) and return it as int64."""
-    ok = array.ndim == len(shape) and all(n is None or n == m for n, m in zip(shape, array.shape))
-    if not ok or (array.dtype.kind == "f" and not np.array_equal(array, np.round(array))):
-        wanted = "(" + ", ".join("n" if n is None else str(n) for n in shape) + ")"
+    if not has_shape(array, shape) or (array.dtype.kind == "f" and not np.array_equal(array, np.round(array))):
         raise ConvertError([f"{where}: field '{name}' has shape {array.shape}, dtype {array.dtype}; "
-                            f"expected integers of shape {wanted}"])
+                            f"expected integers of shape {shape_text(shape)}"])
     return array.astype(np.int64)
 
 

@@ -137,9 +137,9 @@ def _array(boxlist, name, where, label, kinds="biuf"):
 
 
 def _shaped(array, shape, name, where, label):
-    if array.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, array.shape)):
-        wanted = "(" + ", ".join("n" if n is None else str(n) for n in shape) + ")"
-        raise common.ConvertError([f"{where}: {label} field '{name}' has shape {array.shape}; expected {wanted}"])
+    if not common.has_shape(array, shape):
+        raise common.ConvertError([f"{where}: {label} field '{name}' has shape {array.shape}; "
+                                   f"expected {common.shape_text(shape)}"])
     return array
 
 
