@@ -282,9 +282,12 @@ class Config:
     absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (openpsg, sgb: zero)
     aggregation: str = "per_image"  # per_image | pooled (openpsg, sgb: always per_image)
     per_predicate: bool = False  # print the per-predicate table
+    confusion_k: str = "50"  # the cut-off of the predicate confusion counts
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
     workers: int = 1  # processes decoding and matching images
     output: str | None = None  # JSON results file
+    per_image: str | None = None  # JSON Lines file of every image's hits
+    model: str | None = None  # the model's name in reports (default: the results file's name)
 
 
 _CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
@@ -328,6 +331,13 @@ def _k_labels(key, value, relative_allowed, source, problems):
     return tuple(dict.fromkeys(labels))
 
 
+def _one_k_label(key, value, source, problems):
+    if len(_as_list(value)) > 1:
+        problems.append(f"{source}: {key} takes one cut-off, not {len(_as_list(value))}")
+    labels = _k_labels(key, value, True, source, problems)
+    return labels[0] if labels else ""
+
+
 def _number(key, value, low, high, source, problems, open_low=False):
     if type(value) in (int, float) and (low < value if open_low else low <= value) and value <= high:
         return float(value)
@@ -357,11 +367,13 @@ def make_config(values, source="config"):
     problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
                  if not isinstance(merged[key], bool)]
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
-                       for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output")},
+                       for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output",
+                                   "per_image", "model")},
                     gt=str(merged["gt"]), pred=str(merged["pred"]), protocol=merged["protocol"], **lists,
                     task=merged["task"],
                     k=_k_labels("k", merged["k"], True, source, problems),
                     imr_k=_k_labels("imr_k", merged["imr_k"], False, source, problems),
+                    confusion_k=_one_k_label("confusion_k", merged["confusion_k"], source, problems),
                     iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0, 1, source, problems, True),
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
@@ -1628,21 +1640,24 @@ def _occurrence_ranks(keys_N):
 
 
 def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
-                 imr_labels, n_predicates, graph_constraint=True):
-    """All per-image integer counts (the fields of count_shapes()) for one image and protocol.
+                 imr_labels, n_predicates, graph_constraint=True, confusion_k=None):
+    """All per-image integer counts (the fields of count_shapes()) for one image and protocol, and
+    (confusion_k given) its "confusion" cells.
 
     pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
     instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
     """
     C, n_pred = n_predicates, len(pred_to_gt_P)
     ks = k_values(k_labels, len(relations_R3))
+    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
     gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
     gt_keys = gt_pairs * C + relations_R3[:, 2]
 
     pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
     pred_keys = pred_pairs * C + triplets_N3[:, 2]
-    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(ks)]]
+    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(*ks, k_confusion)]]
     sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
+    first_gc, first_pair = first_positions(sel_keys, gt_keys), first_positions(sel_pairs, gt_pairs)
 
     ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
     ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
@@ -1656,20 +1671,43 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
     position = first_positions(all_keys[kept], gt_keys)
     prank = np.full(len(relations_R3), -1)
     prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
-    return _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_positions(sel_keys, gt_keys),
-                         first_positions(sel_pairs, gt_pairs), first_ng, prank, ng_selected[:, 2])
+    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_gc, first_pair, first_ng, prank,
+                           ng_selected[:, 2])
+    if confusion_k:
+        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, selected[:, 2], k_confusion, C)
+    return counts
 
 
-def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates):
+def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates,
+                  confusion_k=None):
     """image_counts under OpenPSG's and Scene-Graph-Benchmark's rules: the rows of triplets and
     ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
     entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
     ks = k_values(k_labels, len(relations_R3))
-    first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(ks), n_predicates)
+    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
+    first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(*ks, k_confusion), n_predicates)
     first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
-    return _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
-                         first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
-                         [min(k, LEGACY_NG_LIST) for k in ks])
+    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
+                           first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
+                           [min(k, LEGACY_NG_LIST) for k in ks])
+    if confusion_k:
+        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, triplets_N3[:, 2], k_confusion,
+                                              n_predicates)
+    return counts
+
+
+def confusion_cells(relations_R3, first_gc_R, first_pair_R, row_predicates_N, k, n_predicates):
+    """One image's predicate confusion at cut-off k, as (2, U) int64 rows [cell, count]: cell =
+    GT predicate * (n_predicates + 1) + column, column = the GT triplet's own predicate when one
+    of the first k rows hits it, else the predicate of the first of them on its pair (first_pair_R,
+    a row index), else n_predicates (no prediction for the pair)."""
+    column = np.full(len(relations_R3), n_predicates, np.int64)
+    on_pair = (first_pair_R >= 0) & (first_pair_R < k)
+    column[on_pair] = row_predicates_N[first_pair_R[on_pair]]
+    hit = (first_gc_R >= 0) & (first_gc_R < k)
+    column[hit] = relations_R3[hit, 2]
+    cells, counts = np.unique(relations_R3[:, 2] * (n_predicates + 1) + column, return_counts=True)
+    return np.stack([cells, counts]).astype(np.int64)
 
 
 def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
@@ -1775,6 +1813,7 @@ class Settings(typing.NamedTuple):
     n_predicates: int
     audit: bool
     task: str = "sgdet"
+    confusion_k: str | None = None  # the cut-off of the predicate confusion (None: not counted)
 
 
 class ImageTask(typing.NamedTuple):
@@ -1898,11 +1937,11 @@ def protocol_counts(gt, matching, triplets, ng_triplets, settings):
             return left_out_counts(settings)
         rows = gt.file_rows if protocol == "sgb" else slice(None)  # sgb counts every GT row of the file
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
-                             settings.imr_k, settings.n_predicates)
+                             settings.imr_k, settings.n_predicates, settings.confusion_k)
     if matching.node_of is not None:
         triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
     return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
-                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo")
+                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k)
 
 
 def legacy_ok(protocol, gt, pred, iou, settings):
@@ -1919,7 +1958,7 @@ def evaluate_image(task):
     gt, pred, settings = task.gt, task.pred, task.settings
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
-                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates)
+                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k)
         counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
         check = dict.fromkeys(CHECK_FIELDS, 0)
@@ -2107,8 +2146,9 @@ def evaluate(config, progress=None):
     """
     if not isinstance(config, Config):
         config = make_config(dict(config))
-    if config.output:
-        write_output(config.output, None)  # fails now rather than after the evaluation
+    for key in ("output", "per_image"):
+        if getattr(config, key):
+            write_output(getattr(config, key), None, key)  # fails now rather than after the evaluation
     gt = read_gt(config.gt, config.gt_seg)
     n_objects, n_predicates = len(gt.object_classes), len(gt.predicate_classes)
     training = read_training(config.train_gt, n_objects, n_predicates) if config.train_gt else gt.training
@@ -2116,27 +2156,65 @@ def evaluate(config, progress=None):
     mark_zeroshot(gt.images, training[0], given)
     groups = predicate_groups(config.predicate_groups, gt.predicate_classes, training.relations)
     settings = Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
-                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task)
-    results = build_results(config, gt, count_images(config.pred, gt, settings, config.workers, progress), training,
-                            groups)
+                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
+                        config.confusion_k)
+    counted = count_images(config.pred, gt, settings, config.workers, progress)
+    results = build_results(config, gt, counted, training, groups)
     if config.output:
-        write_output(config.output, results)
+        write_output(config.output, [json.dumps(results, indent=1) + "\n"])
         log.info("wrote %s", config.output)
+    if config.per_image:
+        write_output(config.per_image, per_image_lines(config, gt, counted), "per_image")
+        log.info("wrote %s", config.per_image)
     return results
 
 
-def write_output(path, results):
-    """Write the results JSON to path (results None: check that it can be written, leaving no file)."""
+def write_output(path, chunks, key="output"):
+    """Write the text chunks to path (chunks None: check that it can be written, leaving no file)."""
     try:
         existed = os.path.exists(path)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a" if results is None else "w") as handle:
-            handle.write("" if results is None else json.dumps(results, indent=1) + "\n")
-        if results is None and not existed:
+        with open(path, "a" if chunks is None else "w", encoding="utf-8") as handle:
+            handle.writelines(chunks or ())
+        if chunks is None and not existed:
             os.remove(path)
     except (OSError, ValueError) as error:  # ValueError: a NUL in the path
         reason = getattr(error, "strerror", None) or error
-        raise SGEvalError([f"{path}: cannot write the results (output): {reason}"]) from None
+        raise SGEvalError([f"{path}: cannot write the results ({key}): {reason}"]) from None
+
+
+PER_IMAGE_HITS = {  # per_image: metric family -> (key prefix, count field, its denominator's key and field)
+    "R": ("R@", "gc_hits", "gt_relations", "gt_rel"), "ngR": ("ngR@", "ng_hits", "gt_relations", "gt_rel"),
+    "PR": ("PR@", "pair_hits", "gt_pairs", "gt_pairs"), "zR": ("zR@", "z_gc_hits", "gt_zeroshot", "z_gt"),
+    "ngzR": ("ngzR@", "z_ng_hits", "gt_zeroshot", "z_gt"), "A": ("A@", "a_hits", "gt_relations", "gt_rel"),
+    "InstR": ("InstR", "inst_hits", "gt_instances", "gt_inst"), "Rinf": ("R@inf", "inf_hits", "gt_relations", "gt_rel"),
+}
+
+
+def per_image_lines(config, gt, counted):
+    """The per_image file: one JSON line per evaluated image (GT order) with its id, its GT
+    relation count, whether it has a prediction record and, per protocol, the hits behind each
+    recall the run reports (per k) and their denominators (0 where the protocol leaves the image out)."""
+    wanted = set(config.metrics) - ({"A"} if config.task == "sgdet" else set())
+    families = wanted | ({"R"} if {"mR", "F1"} & wanted else set()) | ({"ngR"} if "mNgR" in wanted else set())
+    columns = {}  # (protocol, key) -> (I,) or (I, n_k) int64
+    for protocol, store in counted.stores.items():
+        for family, (prefix, field, total_key, total_field) in PER_IMAGE_HITS.items():
+            if family in families:
+                for key, name in ((total_key, total_field), (prefix, field)):
+                    values = store[name]
+                    columns[protocol, key] = values.sum(axis=-1) if name in PER_PREDICATE_FIELDS else values
+    for slot, image in enumerate(gt.images):
+        hits = {protocol: {} for protocol in counted.stores}
+        for (protocol, key), values in columns.items():
+            row = values[slot]
+            hits[protocol].update({f"{key}{k}": int(n) for k, n in zip(config.k, row)} if row.ndim else
+                                  {key: int(row)})
+        line = {"image_id": image.image_id, "gt_relations": len(image.relations),
+                "predicted": bool(counted.predicted[slot]), "hits": hits}
+        if config.audit:
+            line["audit"] = dict(zip(AUDIT_FIELDS, map(int, counted.audits[slot])))
+        yield json.dumps(line) + "\n"
 
 
 def mark_zeroshot(images, training_types, given=None):
@@ -2156,6 +2234,7 @@ class Counted(typing.NamedTuple):
     checks: np.ndarray  # (I, len(CHECK_FIELDS)) int64
     predicted: np.ndarray  # (I,) bool: the image has a prediction record
     extra_predictions: int  # records of images that are not evaluated
+    confusion: dict  # {protocol: (C, C + 1) int64}: GT predicate x predicted predicate (column C: none)
 
 
 def count_images(pred_path, gt, settings, workers=1, progress=None):
@@ -2183,6 +2262,8 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     stores = {protocol: CountStore(len(gt.images), shapes) for protocol in settings.protocols}
     audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
     checks = np.zeros((len(gt.images), len(CHECK_FIELDS)), np.int64)
+    C = settings.n_predicates
+    confusion = {protocol: np.zeros(C * (C + 1), np.int64) for protocol in settings.protocols}
     if workers > 1:
         popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
@@ -2192,6 +2273,8 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
                 image_problems[slot] = result.problems
             for protocol, counts in (result.counts or {}).items():
                 stores[protocol].put(slot, counts)
+                if "confusion" in counts:
+                    np.add.at(confusion[protocol], counts["confusion"][0], counts["confusion"][1])
             if result.audit is not None:
                 audits[slot] = result.audit
             checks[slot] = result.check
@@ -2203,7 +2286,8 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
-    return Counted(stores, audits, checks, predicted, n_extra)
+    return Counted(stores, audits, checks, predicted, n_extra,
+                   {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
 
 
 def map_in_order(function, items, workers, batch=16):
@@ -2325,7 +2409,8 @@ def build_results(config, gt, counted, training, groups=None):
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
                               for key, values in per_predicate.items()},
             "rules": rules,
-            "images_left_out": int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0))}
+            "images_left_out": int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0)),
+            "predicate_confusion": confusion_report(counted.confusion[protocol], names, config.confusion_k)}
     short = headline["imr_short"].sum(axis=0)
     results = {
         "sgeval_version": __version__,
@@ -2352,6 +2437,17 @@ def build_results(config, gt, counted, training, groups=None):
     if len(by_protocol) > 1:
         results["by_protocol"] = by_protocol
     return results
+
+
+def confusion_report(matrix_CC1, names, k):
+    """The predicate_confusion section of one protocol: for each GT predicate, how many of its
+    triplets the first k rows hit ({predicate: n} on itself), pair with another predicate (the
+    first row on the pair), or leave without a row on the pair (no_prediction)."""
+    rows = np.flatnonzero(matrix_CC1.sum(axis=1))
+    return {"k": k,
+            "counts": {names[g]: {names[p]: int(matrix_CC1[g, p]) for p in np.flatnonzero(matrix_CC1[g, :-1])}
+                       for g in rows if matrix_CC1[g, :-1].any()},
+            "no_prediction": {names[g]: int(matrix_CC1[g, -1]) for g in rows if matrix_CC1[g, -1]}}
 
 
 def _task_check(checks, images, examples=5):
@@ -2505,6 +2601,9 @@ def format_table(results):
               help="Protocol audit (default on; off skips masks of absent categories).")
 @click.option("--workers", type=int, help="Worker processes (default 1).")
 @click.option("--output", help="Write the JSON results here.")
+@click.option("--per-image", help="Write every image's hits here (JSON Lines).")
+@click.option("--confusion-k", help="Cut-off of the predicate confusion counts (default 50).")
+@click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(config_path, quiet, compare_protocols, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""

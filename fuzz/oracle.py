@@ -188,6 +188,7 @@ def valid_config(values, fields):
         workers = int(workers)
     checks = [
         _labels(get("k", "20"), True), _labels(get("imr_k", "10"), False),
+        _labels(get("confusion_k", "50"), True) and len(_items(get("confusion_k", "50"))) == 1,
         _names(get("metrics", []), ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR",
                                     "IMR", "wIMR", "A")),
         _names(get("protocols", []), ("unique", "singlempo", "multimpo", "openpsg", "sgb")),
@@ -204,7 +205,7 @@ def valid_config(values, fields):
     if not all(checks):
         return False, True
     paths = {"gt": "gt/psg.json", "pred": "pred.zip", "gt_seg": "gt/panoptic"}
-    unsure = [key for key in ("train_gt", "zeroshot_triplets", "output") if get(key) not in (None, "")]
+    unsure = [key for key in ("train_gt", "zeroshot_triplets", "output", "per_image") if get(key) not in (None, "")]
     groups = get("predicate_groups")
     if groups not in (None, ""):  # frequency and the presets depend on the GT's content
         if str(groups) not in ("frequency", "pysgg-vg150") and not os.path.exists(str(groups)):

@@ -291,3 +291,9 @@ def assert_cli_reports(tmp_path, build):
     for key, value in options.items():
         args += [f"--{key.replace('_', '-')}", value]
     assert_cli_fails(args, problems)
+
+
+def confusion_cells(section):
+    """A predicate_confusion section as {(GT predicate, predicted predicate or None): count}."""
+    cells = {(gt, predicted): n for gt, row in section["counts"].items() for predicted, n in row.items()}
+    return {**cells, **{(gt, None): n for gt, n in section["no_prediction"].items()}}

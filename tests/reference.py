@@ -82,9 +82,15 @@ Readings of the SPEC made here (the fast evaluator must agree):
   in index order with the same category and IoU >= 0.5, full masks or boxes);
   absorbed_instances / dropped_instances of the singlempo merge; duplicate_relations_after_merge
   (triplets of T that, remapped and not removed, repeat the node pair of an earlier kept one).
+- Predicate confusion at cut-off confusion_k (k resolved as for R@k): the rows R@k selects (GC_k;
+  multimpo: NG_k of T; openpsg / sgb: the first k rows as written). A GT triplet (s, o, p) counts
+  (p, p) when a selected row on its pair (both ends mapped to s and o; legacy: ok with s and o)
+  has predicate p, else (p, q) for the predicate q of the first selected row on its pair, else
+  (p, None). Summed over the evaluated images; images a legacy protocol leaves out add nothing.
 """
 
 import math
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -443,7 +449,7 @@ def as_task(image, prediction, mode, task):
 
 
 def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=(),
-                   zeroshot_types=frozenset(), task="sgdet"):
+                   zeroshot_types=frozenset(), task="sgdet", confusion_k="50"):
     """Per-image counts; `prediction` None means the image has no record.
 
     Every value is a pair (hits, denominator) or a {predicate: (hits, denominator)} dict, so the
@@ -513,6 +519,9 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         gt_rows = sorted(gt) if protocol == "openpsg" else [tuple(int(v) for v in r) for r in image["relations"]]
         record = legacy_record(record, gt_rows, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
                                zero_shot)
+        rows = triplets[:resolve_k(confusion_k, len(gt_rows))]
+        record["confusion"] = Counter() if record["left_out"] else Counter(
+            confusion_column(t, rows, lambda row, t=t: ok(row[0], t[0]) and ok(row[1], t[1])) for t in gt_rows)
         for k in ks if on_gt_pairs is not None and not record["left_out"] else ():
             rows = on_gt_pairs[:resolve_k(k, len(gt_rows))]
             record["A"][k] = (len(legacy_hits(rows, gt_rows, ok)), len(gt_rows))
@@ -547,6 +556,10 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
         mapping = match_instances(pred_categories, gt_categories, instance_iou, iou_threshold, protocol)
 
+    select = select_distinct if protocol == "multimpo" else select_graph_constrained
+    rows = select(triplets, resolve_k(confusion_k, len(gt)))
+    record["confusion"] = Counter(confusion_column(t, rows, lambda row, t=t: (mapping.get(row[0]), mapping.get(
+        row[1])) == t[:2]) for t in sorted(gt))
     for k in ks:
         k_count = resolve_k(k, len(gt))
         if protocol == "multimpo":
@@ -598,6 +611,15 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         record["IMR"][k] = counts
         record["imr_short"][k] = short
     return record
+
+
+def confusion_column(t, rows, on_pair):
+    """Predicate confusion of GT triplet t = (s, o, p) among `rows`: (p, p) when a row on its pair
+    has predicate p, else (p, the predicate of the first row on its pair), else (p, None)."""
+    on = [row for row in rows if on_pair(row)]
+    if any(row[2] == t[2] for row in on):
+        return t[2], t[2]
+    return t[2], on[0][2] if on else None
 
 
 def legacy_hits(rows, gt_rows, ok):
@@ -723,6 +745,7 @@ def reference_evaluate(
     task="sgdet",
     groups=None,
     f1=False,
+    confusion_k="50",
 ):
     """Evaluate `predictions` against `dataset`; see the module docstring for every rule.
 
@@ -788,7 +811,7 @@ def reference_evaluate(
 
     all_records = [
         evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol,
-                       imr_ks, zeroshot_types, task)
+                       imr_ks, zeroshot_types, task, confusion_k)
         for image in evaluated
     ]
     records = [record for record in all_records if not record["left_out"]]  # openpsg and sgb leave some out
@@ -883,4 +906,6 @@ def reference_evaluate(
         "imr_short_images": {k: sum(1 for r in records if r["imr_short"][k]) for k in imr_ks},
         "audit": {field: sum(r["audit"][field] for r in all_records) for field in AUDIT_FIELDS},
         "images_left_out": len(all_records) - len(records),
+        "confusion": {(predicate_names[g], None if p is None else predicate_names[p]): n for (g, p), n in
+                      sum((r["confusion"] for r in all_records), Counter()).items()},
     }

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import sgeval, synth
+from conftest import confusion_cells, sgeval, synth
 from reference import reference_evaluate
 
 KS = ("1", "5", "20", "x0.5", "x1", "x3")
@@ -43,21 +43,23 @@ def assert_close(fast, slow, where):
 def test_matches_reference(tmp_path, seed, with_masks):
     dataset, predictions, values = random_case(tmp_path, seed, with_masks)
     mode = "mask" if with_masks else "box"
-    tau = (0.5, 0.0, 1.0)[seed % 3]
+    tau, confusion_k = (0.5, 0.0, 1.0)[seed % 3], ("5", "x1", "20")[seed % 3]
     for absent, aggregation in (("skip", "per_image"), ("zero", "pooled")):
         config = sgeval.make_config({**values, "protocols": sgeval.PROTOCOLS, "absent_predicates": absent,
-                                     "aggregation": aggregation, "wimr_tau": tau})
+                                     "aggregation": aggregation, "wimr_tau": tau, "confusion_k": confusion_k})
         fast = sgeval.evaluate(config)
         for protocol in sgeval.PROTOCOLS:
             where = f"seed {seed} {mode} {protocol} absent={absent} {aggregation}"
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol,
-                                      absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation)
+                                      absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation,
+                                      confusion_k=confusion_k)
             assert fast["images"] == slow["images"], where
             assert fast["absent_predicates"] == slow["absent_predicates"], where
             assert fast["by_protocol"][protocol]["images_left_out"] == slow["images_left_out"], where
             assert_close(fast["by_protocol"][protocol]["metrics"], slow["metrics"], where)
             for key, values_by_name in slow["per_predicate"].items():
                 assert_close(fast["by_protocol"][protocol]["per_predicate"][key], values_by_name, f"{where} {key}")
+            assert confusion_cells(fast["by_protocol"][protocol]["predicate_confusion"]) == slow["confusion"], where
             if protocol == config.protocol:
                 assert fast["imr_short_images"] == slow["imr_short_images"], where
         assert {key: fast["protocol_audit"][key] for key in sgeval.AUDIT_FIELDS} == slow["audit"], where
@@ -73,6 +75,9 @@ def test_random_cases_are_not_trivial(tmp_path):
     assert m["R@1"] < m["R@20"] and 0 < m["zR@20"] != m["R@20"] and 0 < m["IMR@1"] < m["IMR@5"]
     assert len({v["R@20"] for v in by_protocol.values()}) == len(sgeval.PROTOCOLS)  # the protocols differ
     assert 0 < result["by_protocol"]["openpsg"]["images_left_out"] < result["images"]["evaluated"]
+    for protocol in sgeval.PROTOCOLS:  # hits, other predicates on a found pair, and pairs not found
+        cells = confusion_cells(result["by_protocol"][protocol]["predicate_confusion"])
+        assert {"hit", "other", "none"} == {"hit" if p == g else "none" if p is None else "other" for g, p in cells}
     images = result["images"]
     assert images["missing_predictions"] > 0 and images["extra_predictions"] > 0
     assert images["skipped_no_relations"] > 0

@@ -8,6 +8,7 @@ import pytest
 
 import sgeval
 from tests.reference import reference_evaluate
+from tests.conftest import confusion_cells
 from tests.test_reference import assert_close
 from tools import synth
 
@@ -243,6 +244,7 @@ def test_tasks_match_the_reference(tmp_path, seed, task, with_masks):
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol, task=task,
                                       absent_predicates=absent, aggregation=aggregation, groups=groups, f1=True)
             assert_close(fast["by_protocol"][protocol]["metrics"], slow["metrics"], where)
+            assert confusion_cells(fast["by_protocol"][protocol]["predicate_confusion"]) == slow["confusion"], where
     assert fast["task_check"]["instance_count_differs"]["images"] > 0
     if task == "predcls":
         assert fast["task_check"]["labels_differ"]["images"] > 0
