@@ -12,8 +12,7 @@ Each raw/ is converted with ``python -m convert.openpsg`` and evaluated with sge
 protocol in mask mode (gt_seg given: OpenPSG's pan_seg) and box mode (bbox). Checked: R@k and mR@k,
 and in box mode ngR@k and mNgR@k (OpenPSG has no-graph-constraint recall in bbox mode only), equal to
 1e-12; the images scored (evaluated - images_left_out) as many as OpenPSG recorded; and every image's
-R@20/50/100 equal. The results JSON has no per-image values: those come from sgeval.count_images,
-as evaluate() calls it.
+R@20/50/100 equal, read from sgeval's per-image file (per_image).
 """
 
 import json
@@ -44,18 +43,15 @@ def case(request, tmp_path_factory):
 def config(case, mode):
     return sgeval.make_config({"gt": str(case / "psg.json"), "pred": str(case / "pred.zip"),
                                "gt_seg": str(case / "panoptic") if mode == "mask" else None,
-                               "protocol": "openpsg", "k": list(KS), "metrics": ["R", "mR", "ngR", "mNgR"]})
+                               "protocol": "openpsg", "k": list(KS), "metrics": ["R", "mR", "ngR", "mNgR"],
+                               "per_image": str(case / f"per_image_{mode}.jsonl")})
 
 
-def per_image_recall(config):
-    """{image id: [R@k for k in KS]} of the images the openpsg protocol scores."""
-    gt = sgeval.read_gt(config.gt, config.gt_seg)
-    sgeval.mark_zeroshot(gt.images, gt.training[0])
-    settings = sgeval.Settings("mask" if config.gt_seg else "box", (config.protocol,), config.iou_threshold,
-                               config.k, config.imr_k, len(gt.predicate_classes), config.audit)
-    store = sgeval.count_images(config.pred, gt, settings).stores[config.protocol]
-    total, hits = store["gt_rel"].sum(axis=1), store["gc_hits"].sum(axis=2)
-    return {image.image_id: list(hits[i] / total[i]) for i, image in enumerate(gt.images) if total[i]}
+def per_image_recall(path):
+    """{image id: [R@k for k in KS]} of the images the openpsg protocol scores, from a per_image file."""
+    lines = [json.loads(line)["hits"]["openpsg"] | {"id": json.loads(line)["image_id"]}
+             for line in path.read_text().splitlines()]
+    return {hits["id"]: [hits[f"R@{k}"] / hits["gt_relations"] for k in KS] for hits in lines if hits["gt_relations"]}
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -67,6 +63,6 @@ def test_sgeval_gives_openpsg_numbers(case, mode):
     assert {key: results["metrics"][key] for key in keys} == pytest.approx({key: openpsg[key] for key in keys},
                                                                            abs=1e-12, rel=0)
     assert results["images"]["evaluated"] - results["images_left_out"] == openpsg["images_recorded"]
-    recall = per_image_recall(config(case, mode))
+    recall = per_image_recall(case / f"per_image_{mode}.jsonl")
     assert list(recall) == list(openpsg["per_image_R"])
     assert np.array_equal(list(recall.values()), list(openpsg["per_image_R"].values()))
