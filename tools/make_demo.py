@@ -2,10 +2,12 @@
 
     python -m tools.make_demo --out demo/data [--seed 0]     # from the repository root
 
-Writes <out>/psg.json, <out>/panoptic/<image_id>.png and <out>/pred.zip (through
-`sgeval.write_predictions`). The vocabulary has the PSG sizes and names (80 thing, 53 stuff,
-56 predicate classes); relations use a long-tailed subset of the predicates, so the report lists
-some predicates as absent. A fixed seed gives byte-identical files.
+Writes <out>/psg.json, <out>/panoptic/<image_id>.png, and two simulated models' predictions
+(through `sgeval.write_predictions`): <out>/pred.zip ("Model A", configs/demo.yaml) and
+<out>/pred-b.zip ("Model B": fewer spurious rows, and wrong predicates that follow CONFUSIONS,
+so its confusion matrix has a structure to see). The vocabulary has the PSG sizes and names (80
+thing, 53 stuff, 56 predicate classes); relations use a long-tailed subset of the predicates, so
+the report lists some predicates as absent. A fixed seed gives byte-identical files.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ PREDICATE_CLASSES = [
     "swinging", "entering", "exiting", "enclosing", "leaning on",
 ]
 
+CONFUSIONS = {  # Model B's usual wrong predicate for a GT predicate
+    "over": "on", "on": "standing on", "standing on": "on", "sitting on": "on", "lying on": "on",
+    "in front of": "beside", "beside": "in front of", "in": "on", "attached to": "hanging from",
+    "hanging from": "attached to", "on back of": "on", "walking on": "standing on", "running on": "walking on",
+    "holding": "carrying", "carrying": "holding", "looking at": "beside", "eating": "holding",
+}
+
 N_IMAGES, HEIGHT, WIDTH = 80, 120, 160
 N_USED_PREDICATES = 30  # the last 26 predicates never occur in the demo GT
 
@@ -63,7 +72,8 @@ def predicate_weights(n_predicates, n_used):
 
 
 def make_demo(out, seed=0):
-    """Write the demo GT and predictions under `out`; returns (psg.json path, pred.zip path)."""
+    """Write the demo GT and predictions under `out`; returns (psg.json path, pred.zip path); Model
+    B's predictions are pred-b.zip beside pred.zip."""
     import sgeval  # imported here so `--help` works without it
 
     out = Path(out)
@@ -77,6 +87,10 @@ def make_demo(out, seed=0):
     gt_path = synth.write_gt(dataset, out)
     pred_path = out / "pred.zip"
     sgeval.write_predictions(pred_path, synth.simulate_predictions(rng, dataset, n_spurious=80))
+    index = {name: p for p, name in enumerate(PREDICATE_CLASSES)}
+    confusions = {index[gt]: index[predicted] for gt, predicted in CONFUSIONS.items()}
+    sgeval.write_predictions(out / "pred-b.zip", synth.simulate_predictions(rng, dataset, n_spurious=30,
+                                                                          confusions=confusions))
     return gt_path, pred_path
 
 
@@ -86,7 +100,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     args = parser.parse_args(argv)
     gt_path, pred_path = make_demo(args.out, args.seed)
-    print(f"wrote {gt_path}, {Path(gt_path).parent / 'panoptic'}/ and {pred_path}")
+    print(f"wrote {gt_path}, {Path(gt_path).parent / 'panoptic'}/, {pred_path} and {pred_path.parent / 'pred-b.zip'}")
 
 
 if __name__ == "__main__":

@@ -311,10 +311,11 @@ def _simulate_instances(rng, im, n_classes, with_masks):
     return [instances[i] for i in order]
 
 
-def _simulate_triplets(rng, relations, sources, n_predicates, n_spurious=None):
+def _simulate_triplets(rng, relations, sources, n_predicates, n_spurious=None, confusions=None):
     """(T, T_ng) for instances whose GT sources are given: true and spurious pairs, several
     predicates per pair, repeated pairs and triplets, occasional self-pairs. n_spurious: about
-    how many spurious triplets to rank among the true ones (default: up to min(2 P, 20))."""
+    how many spurious triplets to rank among the true ones (default: up to min(2 P, 20)).
+    confusions: {predicate: the predicate a wrong guess takes} (default: a random predicate)."""
     n = len(sources)
     copies = {}
     for i, g in enumerate(sources):
@@ -324,6 +325,8 @@ def _simulate_triplets(rng, relations, sources, n_predicates, n_spurious=None):
         if s_gt in copies and o_gt in copies and rng.random() < 0.8:
             s, o = int(rng.choice(copies[s_gt])), int(rng.choice(copies[o_gt]))
             predicate = p if rng.random() < 0.7 else int(rng.integers(n_predicates))
+            if confusions and predicate != p and p in confusions and rng.random() < 0.8:
+                predicate = confusions[p]
             scored.append((float(rng.uniform(0.4 if n_spurious is None else 0.3, 1.0)), s, o, predicate))
     low, high = (0, min(2 * n, 20)) if n_spurious is None else (n_spurious // 2, n_spurious)
     top = 0.8 if n_spurious is None else 0.75  # many spurious triplets, interleaved with the true ones
@@ -350,12 +353,13 @@ def _simulate_triplets(rng, relations, sources, n_predicates, n_spurious=None):
     return triplets, [[s, o, p] for _, s, o, p in ng_scored]
 
 
-def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind, p_no_ng, n_spurious):
+def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind, p_no_ng, n_spurious,
+                   confusions=None):
     """One prediction image dict; kind is "normal", "no_instances" or "no_triplets"."""
     instances = [] if kind == "no_instances" else _simulate_instances(rng, im, n_classes, with_masks)
     if kind == "normal":
         triplets, ng_triplets = _simulate_triplets(rng, im["relations"], [t[3] for t in instances],
-                                                   n_predicates, n_spurious)
+                                                   n_predicates, n_spurious, confusions)
     else:
         triplets, ng_triplets = [], []
     out = {"id": image_id,
@@ -372,7 +376,7 @@ def _predict_image(rng, im, image_id, n_classes, n_predicates, with_masks, kind,
 
 
 def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0.05, with_masks=True,
-                         n_extra=2, p_no_ng=0.2, n_spurious=None):
+                         n_extra=2, p_no_ng=0.2, n_spurious=None, confusions=None):
     """Simulate a one-stage model's output as a list of prediction image dicts (module docstring).
 
     Covers the test images (all images if not only_test) in dataset order, except:
@@ -383,7 +387,8 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
     - extra: n_extra predictions for ids outside the covered images are inserted at random
       positions: the first from a train-split image when only_test and one exists, the rest for
       ids absent from the dataset ("1000000", "1000001", ...; shaped like the first image).
-    ng_triplets is omitted with rate p_no_ng; n_spurious is passed to the triplet simulation. Box mode (with_masks=False): no "masks" key,
+    ng_triplets is omitted with rate p_no_ng; n_spurious and confusions are passed to the triplet
+    simulation. Box mode (with_masks=False): no "masks" key,
     box coordinates are multiples of 0.5.
     """
     n_classes = len(dataset["thing_classes"]) + len(dataset["stuff_classes"])
@@ -397,7 +402,7 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
             continue
         kind = "normal" if i not in empty else ("no_instances" if rng.random() < 0.5 else "no_triplets")
         out.append(_predict_image(rng, im, im["image_id"], n_classes, n_predicates, with_masks, kind, p_no_ng,
-                                  n_spurious))
+                                  n_spurious, confusions))
     others = [im for im in dataset["images"] if only_test and im["split"] != "test"]
     for j in range(n_extra):
         if j == 0 and others:
@@ -406,6 +411,6 @@ def simulate_predictions(rng, dataset, only_test=True, p_missing=0.05, p_empty=0
         else:
             source, image_id = dataset["images"][0], str(1_000_000 + j)
         extra = _predict_image(rng, source, image_id, n_classes, n_predicates, with_masks, "normal", p_no_ng,
-                               n_spurious)
+                               n_spurious, confusions)
         out.insert(int(rng.integers(len(out) + 1)), extra)
     return out
