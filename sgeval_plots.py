@@ -24,9 +24,9 @@ protocol_comparison   Per model, one bar per instance matching protocol of ``by_
 confusion_matrix      A run's ``predicate_confusion``: rows = GT predicates by frequency, columns =
                       the same predicates, any other predicted predicate, then "no prediction"; a
                       cell is the share (%) of the row's GT triplets whose pair the top k predicts
-                      with the column's predicate (white: none). The ``top`` largest confusions
-                      (off the diagonal, "no prediction" not counted) are outlined and labelled
-                      with their share.
+                      with the column's predicate (white: none). The ``top`` most frequent
+                      confusions (off the diagonal, by GT triplets, "no prediction" not counted)
+                      are outlined and labelled with their share.
 write_plots           All of them into a folder: per_predicate, recall_vs_k, protocols and
                       confusion-<slug of label> (.png, .pdf, .svg).
 
@@ -34,7 +34,7 @@ Figures have fixed sizes (constrained layout, never a tight bounding box): PAGE_
 columns) for the per-predicate and confusion figures, COLUMN_WIDTH for one panel and PAGE_WIDTH
 for two (``panel_size``); PNG at DPI. The same input gives the same bytes: no dates or software
 versions in the files, SVG ids hashed with a fixed salt. Colours: Okabe and Ito's colour-blind-safe
-palette for models and protocols, cividis for the confusion matrix.
+palette for models and protocols, one-hue Blues (light to dark) for the confusion matrix.
 """
 
 import math
@@ -63,7 +63,7 @@ LINE_WIDTH = 0.6  # points: axes, ticks
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 HATCHES = ("", "////", "....", "xxxx", "\\\\\\\\", "++++", "oooo", "----")  # protocols, with the colours
 METRIC_STYLES = {"R": ("-", "o"), "mR": ("--", "s")}  # recall_vs_k: family -> (line style, marker)
-CONFUSION_COLORMAP = "cividis"
+CONFUSION_COLORMAP = "Blues"  # one hue, light to dark: readable without colour vision
 NO_PREDICTION = "no prediction"  # the confusion matrix's last column
 # No dates and no software versions in the files (the same input gives the same bytes).
 METADATA = {"png": {"Software": None},
@@ -215,8 +215,10 @@ def _draw_per_predicate(fig, runs, tables, key, names, groups):
         ax.bar(positions[shown] + (index - (len(runs) - 1) / 2) * width, values[shown], width,
                color=colour(index), linewidth=0)
     _group_spans(ax, groups)
-    ax.set_xticks(positions, names, rotation=90 if len(names) > 20 else 45, ha="right", va="center",
-                  rotation_mode="anchor")
+    if len(names) > 20:
+        ax.set_xticks(positions, names, rotation=90, ha="center", va="top")
+    else:
+        ax.set_xticks(positions, names, rotation=45, ha="right", va="center", rotation_mode="anchor")
     _tidy(ax)
     ax.tick_params(axis="x", labelsize=TINY_FONT_SIZE if len(names) > 40 else SMALL_FONT_SIZE, length=0)
     ax.set_xlim(-0.6, len(names) - 0.4)
@@ -352,30 +354,34 @@ def _draw_protocols(fig, runs, sections, keys, protocols, headline):
 
 
 def confusion_table(confusion):
-    """(rows, columns, shares_RC) of a predicate_confusion: rows = the GT predicates by triplet
+    """(rows, columns, counts_RC) of a predicate_confusion: rows = the GT predicates by triplet
     count (descending, ties by name); columns = the rows' predicates, other predicted predicates
-    (by name), then NO_PREDICTION; shares_RC[r, c] = the fraction of row r's GT triplets in
-    column c (a row sums to 1)."""
+    (by name), then NO_PREDICTION; counts_RC[r, c] = row r's GT triplets in column c."""
     counts, missed = confusion.get("counts") or {}, confusion.get("no_prediction") or {}
     totals = {name: sum(n or 0 for n in (counts.get(name) or {}).values()) + (missed.get(name) or 0)
               for name in {*counts, *missed}}
     rows = sorted((name for name in totals if totals[name] > 0), key=lambda name: (-totals[name], name))
     others = sorted({predicted for name in rows for predicted in counts.get(name) or {}} - set(rows))
     columns = rows + others
-    shares_RC = np.zeros((len(rows), len(columns) + 1))
+    counts_RC = np.zeros((len(rows), len(columns) + 1), np.int64)
     for r, name in enumerate(rows):
         row = counts.get(name) or {}
-        shares_RC[r, :-1] = [row.get(predicted) or 0 for predicted in columns]
-        shares_RC[r, -1] = missed.get(name) or 0
-        shares_RC[r] /= totals[name]
-    return rows, columns + [NO_PREDICTION], shares_RC
+        counts_RC[r, :-1] = [row.get(predicted) or 0 for predicted in columns]
+        counts_RC[r, -1] = missed.get(name) or 0
+    return rows, columns + [NO_PREDICTION], counts_RC
 
 
-def top_confusions(shares_RC, top):
-    """[(row, column)] of the `top` largest non-zero shares off the diagonal, the last column (no
-    prediction) not counted; largest first, ties by row then column."""
-    cells = [(-shares_RC[r, c], r, c) for r in range(shares_RC.shape[0]) for c in range(shares_RC.shape[1] - 1)
-             if c != r and shares_RC[r, c] > 0]
+def row_shares(counts_RC):
+    """Each row of a confusion table divided by its total (a row sums to 1)."""
+    return counts_RC / np.maximum(counts_RC.sum(axis=1, keepdims=True), 1)
+
+
+def top_confusions(counts_RC, top):
+    """[(row, column)] of the `top` largest non-zero counts off the diagonal (the GT triplets a
+    confusion takes, as in sgeval_report's table), the last column (no prediction) not counted;
+    largest first, ties by row then column."""
+    cells = [(-counts_RC[r, c], r, c) for r in range(counts_RC.shape[0]) for c in range(counts_RC.shape[1] - 1)
+             if c != r and counts_RC[r, c] > 0]
     return [(r, c) for _, r, c in sorted(cells)[:max(top, 0)]]
 
 
@@ -387,13 +393,14 @@ def _crowded_font_size(n):
 def confusion_matrix(run, stem, formats=("png",), top=10):
     """The run's predicate_confusion, each row divided by its GT total, the top confusions marked."""
     confusion = run.results.get("predicate_confusion")
-    rows, columns, shares_RC = confusion_table(confusion or {})
+    rows, columns, counts_RC = confusion_table(confusion or {})
     if not rows:
         return []
+    shares_RC = row_shares(counts_RC)
     title = (f"{run.label}: predicate of the top-{confusion.get('k', '?')} prediction per GT triplet "
              f"({(run.results.get('config') or {}).get('protocol', 'headline')} protocol)")
     return _save(stem, formats, CONFUSION_SIZE, _draw_confusion, rows, columns, shares_RC,
-                 top_confusions(shares_RC, top), title)
+                 top_confusions(counts_RC, top), title)
 
 
 def _draw_confusion(fig, rows, columns, shares_RC, marked, title):
@@ -406,7 +413,7 @@ def _draw_confusion(fig, rows, columns, shares_RC, marked, title):
     for r, c in marked:
         ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor=OKABE_ITO[3], linewidth=0.8))
         ax.text(c, r, f"{100 * shares_RC[r, c]:.0f}", ha="center", va="center", fontsize=cell_size,
-                color="white" if shares_RC[r, c] < 0.5 else "black")
+                color="black" if shares_RC[r, c] < 0.5 else "white")
     _tidy(ax, grid_axis=None)
     ax.spines[["top", "right"]].set_visible(True)
     ax.set_xticks(range(len(columns)), columns, rotation=90)
@@ -419,7 +426,7 @@ def _draw_confusion(fig, rows, columns, shares_RC, marked, title):
     bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01, aspect=50)
     bar.ax.tick_params(labelsize=SMALL_FONT_SIZE, width=LINE_WIDTH, length=2.5)
     bar.outline.set_linewidth(LINE_WIDTH)
-    bar.set_label(f"share of the row's GT triplets (%); outlined: the {len(marked)} largest confusions",
+    bar.set_label(f"share of the row's GT triplets (%); outlined: the {len(marked)} most frequent confusions",
                   fontsize=SMALL_FONT_SIZE)
 
 

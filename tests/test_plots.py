@@ -152,7 +152,7 @@ def test_null_values_are_drawn_as_missing(runs, tmp_path):
 
 def test_a_run_without_protocols_groups_confusion_or_relative_k(demo_results, tmp_path):
     bare = copy.deepcopy(demo_results)
-    del bare["by_protocol"]
+    del bare["by_protocol"], bare["predicate_confusion"]
     bare["predicate_groups"] = {}
     bare["config"]["k"] = ["20", "50", "100"]
     bare["metrics"] = {key: value for key, value in bare["metrics"].items() if "@x" not in key}
@@ -187,7 +187,8 @@ def test_empty_input_writes_nothing(demo_results, tmp_path):
     assert plots.recall_vs_k([run], tmp_path / "r") == []
     assert plots.protocol_comparison([run], tmp_path / "c") == []
     assert plots.confusion_matrix(run, tmp_path / "m") == []
-    assert plots.confusion_matrix(Run("none", demo_results), tmp_path / "m") == []  # no predicate_confusion
+    no_confusion = {key: value for key, value in demo_results.items() if key != "predicate_confusion"}
+    assert plots.confusion_matrix(Run("none", no_confusion), tmp_path / "m") == []
     assert list(tmp_path.iterdir()) == []
 
 
@@ -228,14 +229,16 @@ def test_confusion_table_and_its_top_confusions():
     # predicted); beside: 2, none predicted (absent from counts).
     confusion = {"k": "20", "counts": {"on": {"on": 2, "above": 1, "near": 1}, "above": {"on": 3}},
                  "no_prediction": {"on": 1, "above": 1, "beside": 2}}
-    rows, columns, shares_RC = plots.confusion_table(confusion)
+    rows, columns, counts_RC = plots.confusion_table(confusion)
     assert rows == ["on", "above", "beside"]
     assert columns == ["on", "above", "beside", "near", plots.NO_PREDICTION]
-    np.testing.assert_allclose(shares_RC, [[0.4, 0.2, 0, 0.2, 0.2], [0.75, 0, 0, 0, 0.25], [0, 0, 0, 0, 1]])
-    # Off the diagonal, "no prediction" (beside's 100 %) not counted; ties by row, then column.
-    assert plots.top_confusions(shares_RC, 10) == [(1, 0), (0, 1), (0, 3)]
-    assert plots.top_confusions(shares_RC, 1) == [(1, 0)]
-    assert plots.top_confusions(shares_RC, 0) == []
+    assert counts_RC.tolist() == [[2, 1, 0, 1, 1], [3, 0, 0, 0, 1], [0, 0, 0, 0, 2]]
+    np.testing.assert_allclose(plots.row_shares(counts_RC), [[0.4, 0.2, 0, 0.2, 0.2], [0.75, 0, 0, 0, 0.25],
+                                                             [0, 0, 0, 0, 1]])
+    # By count, off the diagonal, "no prediction" (beside's 2) not counted; ties by row, then column.
+    assert plots.top_confusions(counts_RC, 10) == [(1, 0), (0, 1), (0, 3)]
+    assert plots.top_confusions(counts_RC, 1) == [(1, 0)]
+    assert plots.top_confusions(counts_RC, 0) == []
 
 
 def test_only_sgeval_plots_imports_matplotlib_and_never_pyplot():
