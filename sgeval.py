@@ -6,6 +6,7 @@ Quick start
 -----------
     python sgeval.py --config configs/psg.yaml
     python sgeval.py --gt psg.json --gt-seg panoptic/ --pred pred.zip --k 20,50,100,x10
+    python sgeval.py report results/*.json --format latex   # paper tables (sgeval_report.py, beside this file)
 
     import sgeval
     results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
@@ -176,6 +177,19 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   then ``unique`` / ``multimpo`` skip decoding masks whose category is absent from the GT image.
 * An evaluated image without a prediction record counts with zero hits (``openpsg``: left out);
   records for images that are not evaluated are ignored and counted as ``extra_predictions``.
+* Predicate confusion at ``confusion_k`` (default 50; an absolute or relative cut-off), per
+  protocol: the rows R@k selects (GC_k; multimpo: the first k distinct triplets; openpsg and sgb:
+  the first k rows as written). A GT triplet (s, o, p) counts as (p, p) when a selected row on its
+  pair (both ends matched to s and o under the protocol) has predicate p, else as (p, q) for the
+  predicate q of the first selected row on its pair, else as no prediction. Summed over the
+  images (images openpsg and sgb leave out add nothing; sgb counts every GT row of the file), so a
+  row of the matrix adds up to the GT triplets of its predicate and its diagonal share is that
+  predicate's pooled R@k.
+* ``per_image``: a JSON Lines file, one line per evaluated image in GT order: ``image_id``,
+  ``gt_relations``, ``predicted`` (a record exists), ``hits`` {protocol: the integer hits behind
+  each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf) and their
+  denominators (``gt_relations``, ``gt_pairs``, ``gt_zeroshot``, ``gt_instances``; 0 where the
+  protocol leaves the image out)} and ``audit`` (the audit counts, when on).
 
 Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
 masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
@@ -2424,6 +2438,7 @@ def build_results(config, gt, counted, training, groups=None):
         },
         **by_protocol[config.protocol],
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_rel) if n},
+        "training_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(training.relations) if n},
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
         "protocol_audit": _audit_report(counted.audits, gt.images) if config.audit else None,
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
@@ -2639,5 +2654,21 @@ def run_cli(work, label, quiet=False):
     sys.exit(1)
 
 
+def cli():
+    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py (beside this file, or
+    installed with it); anything else is an evaluation (main)."""
+    if sys.argv[1:2] != ["report"]:
+        return main()
+    try:
+        import sgeval_report
+    except ModuleNotFoundError as error:
+        if error.name != "sgeval_report":
+            raise
+        click.echo("error: the report command needs sgeval_report.py beside sgeval.py (pip install sgeval has it)",
+                   err=True)
+        sys.exit(1)
+    return sgeval_report.main(sys.argv[2:], prog_name=f"{Path(sys.argv[0]).name} report")
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -1,0 +1,627 @@
+"""sgeval report -- paper tables and figures from sgeval results files (one per model).
+
+    python sgeval.py report results/*.json                     # Markdown on stdout
+    sgeval report results/*.json --format latex --output table.tex --label results/hilo.json=HiLo
+    sgeval report results/*.json --tables all --output report.md --plots figures/ --plot-formats png,pdf
+
+Tables (``--tables``, comma-separated, or ``all``):
+
+* ``main``: one row per model, the chosen metrics (``--metrics`` families or keys, ``--k`` cut-offs)
+  of one protocol (``--protocol``; default: each file's headline protocol), in percent with
+  ``--decimals`` decimals (PRank: a mean rank, lower is better); best value per column in bold,
+  second underlined (with three rows or more).
+* ``protocols``: per model, the same metrics (``--compare-metrics``) under every protocol the runs
+  evaluated (headline first), and the protocol audit of each run under the table.
+* ``predicates``: one row per predicate (by GT frequency, in head / body / tail groups when the
+  run defined them or its training statistics allow the frequency split): GT count and the m-type
+  metrics among the chosen ones, per model.
+* ``confusion``: per model, the top ``--top`` predicate confusions: GT predicate, the predicate
+  the first row on its pair has, how many GT triplets and their share.
+
+Formats (``--format``): ``markdown``, ``latex`` (booktabs: ``\\usepackage{booktabs}``), ``csv`` (full
+precision, no marks). Results that are not comparable are refused (different GT, mode, task, IoU
+threshold or aggregation rules), or with ``--allow-mixed`` shown with a mark; results of different
+sgeval versions are always marked. ``--plots DIR`` draws the figures of sgeval_plots.py (needs
+matplotlib: ``pip install sgeval[plots]``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import typing
+from pathlib import Path
+
+import click
+import yaml
+
+import sgeval
+
+MAX_RESULTS_BYTES = 1 << 28  # a results file larger than this is refused
+TABLES = ("main", "protocols", "predicates", "confusion")
+FORMATS = ("markdown", "latex", "csv")
+NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank")
+LOWER_IS_BETTER = ("PRank",)
+
+
+class ReportError(sgeval.SGEvalError):
+    """A results file or option the report cannot use (one line per problem)."""
+
+
+class Run(typing.NamedTuple):
+    """One results file: its label in tables and legends, its path and its parsed content."""
+
+    label: str
+    path: str
+    results: dict
+
+
+class Table(typing.NamedTuple):
+    """A table before rendering. Cells are text (str), counts (int) or metric values (float, None)."""
+
+    name: str  # main, protocols, predicates, confusion-<label>
+    title: str
+    columns: list  # [(group, header, flat header)] for every column; group "" = no group
+    rows: list  # [[cell, ...]]; the first cell is the row label
+    kinds: list  # per column: "text", "count", "percent" (a [0, 1] value) or "rank" (PRank)
+    notes: list  # lines under the table
+    best: bool  # mark the best and second value of each metric column
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading results files
+# ---------------------------------------------------------------------------------------------
+
+
+def _number_map(value, where, problems, integer=False):
+    """A {name: number or None} mapping (integers only when integer), or a problem."""
+    kinds = (int,) if integer else (int, float)
+    if not isinstance(value, dict) or not all(
+            isinstance(v, kinds) and not isinstance(v, bool) or (v is None and not integer) for v in value.values()):
+        problems.append(f"{where}: expected a mapping of names to {'integers' if integer else 'numbers or null'}")
+        return False
+    return True
+
+
+def _check_section(section, where, problems):
+    """A protocol's part of a results file: metrics, per_predicate (and predicate_confusion)."""
+    if not isinstance(section, dict):
+        problems.append(f"{where}: expected a mapping")
+        return
+    _number_map(section.get("metrics"), f"{where}.metrics", problems)
+    per_predicate = section.get("per_predicate", {})
+    if not isinstance(per_predicate, dict):
+        problems.append(f"{where}.per_predicate: expected a mapping")
+    else:
+        for key, values in per_predicate.items():
+            _number_map(values, f"{where}.per_predicate.{key}", problems)
+    confusion = section.get("predicate_confusion")
+    if confusion is not None:
+        if not isinstance(confusion, dict) or not isinstance(confusion.get("counts"), dict):
+            problems.append(f"{where}.predicate_confusion: expected a mapping with counts")
+        else:
+            for name, row in confusion["counts"].items():
+                _number_map(row, f"{where}.predicate_confusion.counts.{name}", problems, integer=True)
+            _number_map(confusion.get("no_prediction", {}), f"{where}.predicate_confusion.no_prediction", problems,
+                        integer=True)
+
+
+def read_results(path):
+    """The parsed results file at path, checked for every field the report reads; ReportError otherwise."""
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_RESULTS_BYTES:
+            raise ReportError([f"{path}: {size} bytes, more than the {MAX_RESULTS_BYTES} a results file may have"])
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        if isinstance(error, ReportError):
+            raise
+        reason = getattr(error, "strerror", None) or " ".join(str(error).split())
+        raise ReportError([f"{path}: cannot read the results file: {reason}"]) from None
+    if not isinstance(results, dict) or "sgeval_version" not in results:
+        raise ReportError([f"{path}: not an sgeval results file (no sgeval_version)"])
+    problems = []
+    config = results.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("k"), list) or not isinstance(
+            config.get("protocol"), str):
+        problems.append(f"{path}: config: expected a mapping with k (a list) and protocol")
+    _check_section(results, path, problems)
+    _number_map(results.get("gt_relations_per_predicate"), f"{path}: gt_relations_per_predicate", problems, True)
+    _number_map(results.get("training_relations_per_predicate", {}), f"{path}: training_relations_per_predicate",
+                problems, True)
+    by_protocol = results.get("by_protocol", {})
+    if not isinstance(by_protocol, dict):
+        problems.append(f"{path}: by_protocol: expected a mapping")
+    else:
+        for protocol, section in by_protocol.items():
+            _check_section(section, f"{path}: by_protocol.{protocol}", problems)
+    groups = results.get("predicate_groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(names, list) for names in groups.values()):
+        problems.append(f"{path}: predicate_groups: expected a mapping of group names to lists")
+    if problems:
+        raise ReportError(problems)
+    return results
+
+
+def default_labels(paths, results):
+    """Each run's label: its config's model name, else its file name; parent/name where names repeat."""
+    labels = [result["config"].get("model") or Path(path).stem for path, result in zip(paths, results)]
+    return [f"{Path(path).parent.name}/{label}" if labels.count(label) > 1 and not result["config"].get("model")
+            else label for path, label, result in zip(paths, labels, results)]
+
+
+def load_runs(paths, labels=None):
+    """Run of each results file; labels maps a path (as given, or a file's name or stem) to a label."""
+    results = [read_results(path) for path in paths]
+    names = default_labels(paths, results)
+    for index, path in enumerate(paths):
+        for key in (str(path), Path(path).name, Path(path).stem):
+            if labels and key in labels:
+                names[index] = str(labels[key])
+                break
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ReportError([f"report: several results files are labelled '{name}'; give them labels with --label "
+                           f"FILE=NAME" for name in repeated])
+    return [Run(label, str(path), result) for label, path, result in zip(names, paths, results)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Which numbers: protocols, metric keys, comparability
+# ---------------------------------------------------------------------------------------------
+
+
+def section(run, protocol=None):
+    """The results part of one protocol (None: the headline), or None when the run lacks it."""
+    results = run.results
+    if protocol in (None, results["config"]["protocol"]):
+        return results
+    return results.get("by_protocol", {}).get(protocol)
+
+
+def metric_keys(runs, families, ks):
+    """Metric keys from families (R, mR, ...: one per k; IMR, wIMR: per imr_k; InstR, Rinf, PRank)
+    and explicit keys ("R@50", "mR@50/head"), in the order given."""
+    imr_ks = runs[0].results["config"].get("imr_k", []) if runs else []
+    keys = []
+    for item in families:
+        if "@" in item or item in NO_K_KEYS:
+            keys.append(item)
+        elif item == "Rinf":
+            keys += ["R@inf", "mR@inf"]
+        else:
+            keys += [f"{item}@{k}" for k in (imr_ks if item in ("IMR", "wIMR") else ks)]
+    return list(dict.fromkeys(keys))
+
+
+def default_ks(runs):
+    """The absolute cut-offs every run reports, in the first run's order."""
+    common = set.intersection(*(set(run.results["config"]["k"]) for run in runs))
+    return [k for k in runs[0].results["config"]["k"] if k in common and not k.startswith("x")] or \
+        [k for k in runs[0].results["config"]["k"] if k in common]
+
+
+def headline_k(ks):
+    """The cut-off of the one-number views (protocol comparison, predicates, plots): 50 when there."""
+    return "50" if "50" in ks else ks[0]
+
+
+def _gt_fingerprint(results):
+    images = results.get("images", {})
+    relations = results["gt_relations_per_predicate"]
+    return f"{images.get('evaluated')} images, {sum(relations.values())} relations"
+
+
+COMPARED = {  # what must be equal for numbers to share a table: name -> value of a run (and protocol)
+    "GT": lambda results, part: (_gt_fingerprint(results), json.dumps(results["gt_relations_per_predicate"],
+                                                                      sort_keys=True)),
+    "mode": lambda results, part: ("mask" if results["config"].get("gt_seg") else "box",),
+    "task": lambda results, part: (results["config"].get("task", "sgdet"),),
+    "IoU threshold": lambda results, part: (str(results["config"].get("iou_threshold")),),
+    "aggregation rules": lambda results, part: None if part is None else (", ".join(
+        f"{k} {v}" for k, v in sorted((part.get("rules") or {}).items())),),
+}
+
+
+def comparability(runs, protocol, allow_mixed):
+    """(marks {label: [letter]}, notes): runs that differ from the first in what COMPARED names are
+    refused (ReportError), or marked with allow_mixed; another sgeval version is always marked."""
+    marks, notes, refused = {run.label: [] for run in runs}, [], []
+    first = runs[0]
+    checks = [(name, lambda run, get=get: get(run.results, section(run, protocol))) for name, get in
+              COMPARED.items()]
+    checks.append(("sgeval version", lambda run: (str(run.results["sgeval_version"]),)))
+    for name, value_of in checks:  # None: the run lacks the protocol (its cells are dashes)
+        differing = [run for run in runs[1:] if None not in (value_of(run), value_of(first))
+                     and value_of(run) != value_of(first)]
+        if not differing:
+            continue
+        text = f"{name}: {first.label} ({value_of(first)[0]}) vs " + ", ".join(
+            f"{run.label} ({value_of(run)[0]})" for run in differing)
+        if name != "sgeval version" and not allow_mixed:
+            refused.append(f"report: the results differ in {text}; their numbers are not comparable in one table "
+                           f"(--allow-mixed shows them with a mark)")
+            continue
+        letter = "abcdefghijklmnopqrstuvwxyz"[len(notes) % 26]
+        notes.append(f"{letter}: {name} differs from {first.label}'s: {text}")
+        for run in differing:
+            marks[run.label].append(letter)
+    if refused:
+        raise ReportError(refused)
+    return marks, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+
+def _key_column(key):
+    """'mR@50' -> ('mR@K', '50', 'mR@50'); 'mR@50/head' -> ('mR@K head', '50', ...); 'InstR' -> ('', 'InstR', ...)."""
+    if "@" not in key or key in ("R@inf", "mR@inf"):
+        return "", key, key
+    family, k = key.split("@", 1)
+    k, _, group = k.partition("/")
+    return f"{family}@K" + (f" {group}" if group else ""), k, key
+
+
+def _column(header, group=""):
+    return group, header, f"{group} {header}".strip()
+
+
+def _kind(key):
+    return "rank" if key in LOWER_IS_BETTER else "percent"
+
+
+def _label(run, marks):
+    return (run.label, marks.get(run.label, []))
+
+
+def main_table(runs, keys, protocol, marks, notes):
+    rows = [[_label(run, marks)] + [(section(run, protocol) or {}).get("metrics", {}).get(key) for key in keys]
+            for run in runs]
+    missing = [run.label for run in runs if section(run, protocol) is None]
+    protocols = sorted({protocol or run.results["config"]["protocol"] for run in runs})
+    first = runs[0].results
+    lines = [f"Protocol {', '.join(protocols)}; {'mask' if first['config'].get('gt_seg') else 'box'} mode, "
+             f"task {first['config'].get('task', 'sgdet')}, {first['images']['evaluated']} images. Values in "
+             f"percent" + ("; PRank: mean rank, lower is better" if "PRank" in keys else "") + "."]
+    if missing:
+        lines.append(f"-: {protocol} not evaluated in the run of {', '.join(missing)}")
+    return Table("main", "Results", [_column("Model")] + [_key_column(key) for key in keys], rows,
+                 ["text"] + [_kind(key) for key in keys], lines + notes, True)
+
+
+def protocol_names(runs):
+    """Every protocol the runs evaluated: the first run's headline first, then in order of appearance."""
+    names = [runs[0].results["config"]["protocol"]]
+    for run in runs:
+        names += [run.results["config"]["protocol"], *run.results.get("by_protocol", {})]
+    return list(dict.fromkeys(names))
+
+
+def audit_line(run):
+    audit = run.results.get("protocol_audit") or {}
+    means = audit.get("per_image_mean") or {}
+    if not isinstance(means, dict) or not means:
+        return f"{run.label}: no protocol audit in its results"
+    return f"{run.label}: " + ", ".join(f"{field.replace('_', ' ')} {value:.2f}" for field, value in means.items()
+                                        if isinstance(value, (int, float)))
+
+
+def protocols_table(runs, keys, marks, notes):
+    protocols = protocol_names(runs)
+    columns = [_column(name + (" (headline)" if name == runs[0].results["config"]["protocol"] else ""), key)
+               for key in keys for name in protocols]
+    rows = [[_label(run, marks)] + [(section(run, name) or {}).get("metrics", {}).get(key) for key in keys
+                                    for name in protocols] for run in runs]
+    lines = ["Same predictions and GT under each protocol; values in percent; -: not evaluated in that run."] + [
+        f"Protocol audit (per image), {audit_line(run)}." for run in runs]
+    return Table("protocols", "Protocol comparison", [_column("Model")] + columns, rows,
+                 ["text"] + [_kind(key) for key, _, _ in columns], lines + notes, True)
+
+
+def predicate_groups(results):
+    """{group: [predicate names]} of a run: its own groups, else the frequency split of its
+    training statistics (sgeval's rule), else {}."""
+    if results.get("predicate_groups"):
+        return results["predicate_groups"]
+    training = results.get("training_relations_per_predicate") or {}
+    names = list(dict.fromkeys([*results["gt_relations_per_predicate"], *training]))
+    if not sum(training.values()):
+        return {}
+    groups = sgeval.predicate_groups("frequency", names, [training.get(name, 0) for name in names])
+    return {group: [names[i] for i in members] for group, members in groups.items()}
+
+
+def predicates_table(runs, keys, protocol):
+    first = runs[0].results
+    counts = first["gt_relations_per_predicate"]
+    groups = predicate_groups(first)
+    group_of = {name: group for group, names in groups.items() for name in names}
+    order = {group: index for index, group in enumerate(groups)}
+    names = sorted(counts, key=lambda name: (order.get(group_of.get(name), len(order)), -counts[name], name))
+    m_keys = [key for key in keys if key.startswith(("mR@", "mNgR@", "IMR@")) and "/" not in key]
+    columns = [_column("Predicate")] + ([_column("Group")] if groups else []) + [_column("GT")] + [
+        _column(key, run.label) for run in runs for key in m_keys]
+    rows = []
+    for name in names:
+        values = [((section(run, protocol) or {}).get("per_predicate", {}).get(key) or {}).get(name) for run in runs
+                  for key in m_keys]
+        rows.append([(name, [])] + ([group_of.get(name, "-")] if groups else []) + [counts[name]] + values)
+    source = "the run's predicate_groups" if first.get("predicate_groups") else \
+        "the frequency split of the training relations (head: half of them, body: up to 90%)"
+    lines = [f"Per-predicate recall in percent (the per-predicate values behind {', '.join(m_keys)}), predicates by "
+             f"GT count" + (f", grouped by {source}" if groups else "") + "."]
+    return Table("predicates", "Per predicate", columns, rows,
+                 ["text"] + (["text"] if groups else []) + ["count"] + ["percent"] * (len(columns) - 2 - bool(groups)),
+                 lines, False)
+
+
+def top_confusions(confusion, n):
+    """The n largest cells (GT predicate, other predicate): (gt, predicted, count, share of gt's
+    triplets, share of gt's triplets hit)."""
+    totals = {gt: sum(row.values()) + confusion.get("no_prediction", {}).get(gt, 0)
+              for gt, row in confusion["counts"].items()}
+    cells = [(gt, predicted, count) for gt, row in confusion["counts"].items() for predicted, count in row.items()
+             if predicted != gt]
+    cells.sort(key=lambda cell: (-cell[2], cell[0], cell[1]))
+    return [(gt, predicted, count, count / totals[gt], confusion["counts"][gt].get(gt, 0) / totals[gt])
+            for gt, predicted, count in cells[:n]]
+
+
+def confusion_tables(runs, protocol, n):
+    tables = []
+    for run in runs:
+        confusion = (section(run, protocol) or {}).get("predicate_confusion")
+        if not confusion:
+            continue
+        rows = [[(gt, []), predicted, count, share, correct]
+                for gt, predicted, count, share, correct in top_confusions(confusion, n)]
+        name = protocol or run.results["config"]["protocol"]
+        tables.append(Table(f"confusion-{run.label}", f"Top predicate confusions: {run.label}",
+                            [_column(text) for text in ("GT predicate", "Predicted as", "Triplets", "Share (%)",
+                                                        "Correct (%)")],
+                            rows, ["text", "text", "count", "percent", "percent"],
+                            [f"Protocol {name}: GT triplets whose pair the first {confusion['k']} rows (its selection) "
+                             f"reach with another predicate first. Share: of the GT predicate's triplets; correct: "
+                             f"those of them hit (its pooled R@{confusion['k']})."], False))
+    return tables
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+
+def _value_text(value, kind, decimals):
+    if value is None:
+        return None
+    if kind == "count":
+        return str(value)
+    return f"{value:.2f}" if kind == "rank" else f"{100 * value:.{decimals}f}"
+
+
+def _ranks(table, decimals):
+    """{(row, column): 1 best / 2 second} over the metric columns of a table with best set."""
+    ranks = {}
+    for column, kind in enumerate(table.kinds if table.best else ()):
+        if kind not in ("percent", "rank"):
+            continue
+        shown = {row: _value_text(cells[column], kind, decimals) for row, cells in enumerate(table.rows)}
+        valued = [text for text in shown.values() if text is not None]
+        if len(valued) < 2:
+            continue
+        values = sorted({float(text) for text in valued}, reverse=kind != "rank")
+        for place, value in enumerate(values[:2 if len(valued) >= 3 else 1], 1):
+            ranks.update({(row, column): place for row, text in shown.items() if text is not None
+                          and float(text) == value})
+    return ranks
+
+
+def _cells(table, decimals, text_of, mark_of, label_of):
+    """Rendered cell strings of every row: text_of(text) escapes, mark_of(text, rank) marks."""
+    ranks = _ranks(table, decimals)
+    out = []
+    for r, row in enumerate(table.rows):
+        cells = []
+        for c, (cell, kind) in enumerate(zip(row, table.kinds)):
+            if isinstance(cell, tuple):
+                cells.append(label_of(*cell))
+            elif kind == "text":
+                cells.append(text_of(str(cell)))
+            else:
+                text = _value_text(cell, kind, decimals)
+                cells.append(mark_of(text, ranks.get((r, c))) if text is not None else text_of("-"))
+        out.append(cells)
+    return out
+
+
+def _markdown_escape(text):
+    return re.sub(r"([|*_<>\\`])", r"\\\1", text)
+
+
+def render_markdown(table, decimals):
+    headers = [flat for _, _, flat in table.columns]
+    rows = _cells(table, decimals, _markdown_escape,
+                  lambda text, rank: f"**{text}**" if rank == 1 else f"<ins>{text}</ins>" if rank == 2 else text,
+                  lambda label, marks: _markdown_escape(label) + (f"<sup>{','.join(marks)}</sup>" if marks else ""))
+    align = ["---" if kind == "text" else "---:" for kind in table.kinds]
+    lines = [f"**{_markdown_escape(table.title)}**", "", "| " + " | ".join(map(_markdown_escape, headers)) + " |",
+             "|" + "|".join(align) + "|"] + ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines + [""] + [f"- {_markdown_escape(note)}" for note in table.notes])
+
+
+_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+
+
+def _latex_escape(text):
+    text = "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+    return re.sub(r"\bx(?=[0-9.]+\b)", r"$\\times$", text)  # relative cut-offs: x10 -> ×10
+
+
+def render_latex(table, decimals):
+    rows = _cells(table, decimals, _latex_escape,
+                  lambda text, rank: rf"\textbf{{{text}}}" if rank == 1 else rf"\underline{{{text}}}" if rank == 2
+                  else text,
+                  lambda label, marks: _latex_escape(label) + (f"$^{{{','.join(marks)}}}$" if marks else ""))
+    spans, start = [], 0  # runs of equal groups over the columns
+    for index in range(1, len(table.columns) + 1):
+        if index == len(table.columns) or table.columns[index][0] != table.columns[start][0]:
+            spans.append((table.columns[start][0], start, index))
+            start = index
+    lines = [r"% sgeval report: needs \usepackage{booktabs}", r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{_latex_escape(table.title)}}}",
+             rf"\label{{tab:sgeval-{re.sub(r'[^A-Za-z0-9]+', '-', table.name).strip('-').lower()}}}",
+             r"\begin{tabular}{" + "".join("l" if kind == "text" else "r" for kind in table.kinds) + "}", r"\toprule"]
+    if any(group for group, _, _ in table.columns):
+        lines.append(" & ".join(rf"\multicolumn{{{stop - start}}}{{c}}{{{_latex_escape(group)}}}" if group else
+                                " & ".join([""] * (stop - start)) for group, start, stop in spans) + r" \\")
+        lines.append(" ".join(rf"\cmidrule(lr){{{start + 1}-{stop}}}" for group, start, stop in spans if group))
+    lines.append(" & ".join(_latex_escape(header) for _, header, _ in table.columns) + r" \\")
+    lines.append(r"\midrule")
+    lines += [" & ".join(row) + r" \\" for row in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\smallskip\footnotesize " + _latex_escape(note) for note in table.notes]
+    return "\n".join(lines + [r"\end{table}"])
+
+
+def render_csv(table, decimals):
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["table", table.name])
+    writer.writerow([flat for _, _, flat in table.columns])
+    for row in table.rows:
+        writer.writerow([f"{cell[0]}{' [' + ','.join(cell[1]) + ']' if cell[1] else ''}" if isinstance(cell, tuple)
+                         else "" if cell is None else repr(100 * cell) if kind == "percent" else cell
+                         for cell, kind in zip(row, table.kinds)])
+    return buffer.getvalue().rstrip("\n")
+
+
+RENDERERS = {"markdown": render_markdown, "latex": render_latex, "csv": render_csv}
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------
+
+
+def build_tables(runs, tables=("main", "protocols"), families=("R", "mR"), ks=None, protocol=None,
+                 compare_keys=None, top=10, allow_mixed=False):
+    """The report's Tables for runs (see the module docstring for every option)."""
+    ks = list(ks or default_ks(runs))
+    if not ks:
+        raise ReportError(["report: the results files share no cut-off k; choose them with --k"])
+    protocols = {protocol or run.results["config"]["protocol"] for run in runs}
+    if protocol is None and len(protocols) > 1:
+        raise ReportError([f"report: the results files have different headline protocols ({', '.join(sorted(protocols))}); "
+                           f"choose the protocol of the table with --protocol"])
+    marks, notes = comparability(runs, protocol, allow_mixed)
+    keys = metric_keys(runs, families, ks)
+    out = []
+    if "main" in tables:
+        out.append(main_table(runs, keys, protocol, marks, notes))
+    if "protocols" in tables:
+        k = headline_k(ks)
+        out.append(protocols_table(runs, compare_keys or [f"R@{k}", f"mR@{k}"], marks, notes))
+    if "predicates" in tables:
+        out.append(predicates_table(runs, keys, protocol))
+    if "confusion" in tables:
+        out += confusion_tables(runs, protocol, top)
+    return out
+
+
+def render(tables, fmt="markdown", decimals=1):
+    return ("\n\n" if fmt == "csv" else "\n\n\n").join(RENDERERS[fmt](table, decimals) for table in tables) + "\n"
+
+
+def write_plots(runs, out_dir, formats, k):
+    """The figures of sgeval_plots.py; ReportError when matplotlib is not installed."""
+    try:
+        import sgeval_plots
+    except ModuleNotFoundError as error:
+        if error.name == "sgeval_plots":
+            raise ReportError(["report: plots need sgeval_plots.py beside sgeval_report.py (pip install "
+                               "'sgeval[plots]' has it)"]) from None
+        raise ReportError([f"report: plots need matplotlib ({error}): pip install 'sgeval[plots]'"]) from None
+    grouped = [run._replace(results={**run.results, "predicate_groups": predicate_groups(run.results)})
+               for run in runs]  # the groups of the predicate table shade the per-predicate figure too
+    return sgeval_plots.write_plots(grouped, out_dir, tuple(formats), k)
+
+
+def _choices(value, allowed, option):
+    items = sgeval._as_list(value) if value else []
+    if items == ["all"]:
+        return list(allowed)
+    unknown = [item for item in items if item not in allowed]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}; choose from {', '.join(allowed)} or all", param_hint=option)
+    return items
+
+
+def _labels(pairs, mapping_file):
+    labels = {}
+    if mapping_file:
+        try:
+            loaded = yaml.load(Path(mapping_file).read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
+            raise ReportError([f"{mapping_file}: cannot read the labels: {' '.join(str(error).split())}"]) from None
+        if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
+            raise ReportError([f"{mapping_file}: expected a mapping of results files to labels"])
+        labels.update(loaded)
+    for pair in pairs:
+        path, separator, label = pair.rpartition("=")
+        if not separator or not path or not label:
+            raise click.BadParameter(f"'{pair}' is not FILE=LABEL", param_hint="--label")
+        labels[path] = label
+    return labels
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion or "
+              "all (default: main, and protocols when a run has several).")
+@click.option("--metrics", default="R,mR", show_default=True,
+              help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, PRank).")
+@click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")
+@click.option("--protocol", help="Protocol of the main, predicates and confusion tables (default: the headline).")
+@click.option("--compare-metrics", help="Keys of the protocol comparison (default: R@50, mR@50).")
+@click.option("--label", "label_pairs", multiple=True, help="FILE=LABEL, the row label of a results file.")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), help="YAML/JSON {file: label}.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="markdown", show_default=True)
+@click.option("--decimals", type=click.IntRange(0, 6), default=1, show_default=True)
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows of the top confusions.")
+@click.option("--allow-mixed", is_flag=True, help="Show results that are not comparable, marked, instead of refusing.")
+@click.option("--output", help="Write the tables here (default: stdout).")
+@click.option("--plots", "plots_dir", help="Also draw the figures into this folder (needs matplotlib).")
+@click.option("--plot-formats", default="png", show_default=True, help="png, pdf, svg, comma-separated.")
+def main(results, table_names, metrics, ks, protocol, compare_metrics, label_pairs, labels_file, fmt, decimals, top,
+         allow_mixed, output, plots_dir, plot_formats):
+    """Paper tables (Markdown, LaTeX, CSV) and figures from sgeval results files, one per model."""
+    plot_formats = _choices(plot_formats, ("png", "pdf", "svg"), "--plot-formats")
+
+    def work(progress):
+        runs = load_runs(list(results), _labels(label_pairs, labels_file))
+        names = _choices(table_names, TABLES, "--tables") if table_names else \
+            ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
+        tables = build_tables(runs, names, sgeval._as_list(metrics), sgeval._as_list(ks) if ks else None, protocol,
+                              sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed)
+        text = render(tables, fmt, decimals)
+        if output:
+            sgeval.write_output(output, [text], "--output")
+        else:
+            click.echo(text, nl=False)
+        written = write_plots(runs, plots_dir, plot_formats, headline_k(ks and sgeval._as_list(ks)
+                                                                          or default_ks(runs))) if plots_dir else []
+        return written
+
+    written = sgeval.run_cli(work, "report", quiet=True)
+    for path in ([output] if output else []) + [str(path) for path in written]:
+        click.echo(f"wrote {path}", err=True)
+
+
+if __name__ == "__main__":
+    main()
