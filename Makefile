@@ -4,7 +4,9 @@
 #   make setup              create .venv, install requirements-dev.txt, sgeval itself (pip install -e .,
 #                           module and console script) and the test-only sgbench (redone only when the
 #                           requirements files or pyproject.toml change)
-#   make demo               make the synthetic demo data (if missing) and evaluate configs/demo.yaml
+#   make demo               make the synthetic demo data (if missing), evaluate configs/demo.yaml (Model A) and
+#                           Model B, and write their report: demo/report.md (every table) and demo/plots/
+#   make figures            regenerate the README's table and figure (docs/) from the demo
 #   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): convert.vg150,
 #                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
 #   make test               run the test suite
@@ -36,7 +38,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data demo-vg test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup demo demo-data demo-vg figures test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP)
 
@@ -52,7 +54,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 # (Re)generate the demo data when a file is missing or the generator changed.
 demo-data: $(STAMP)
-	@if [ ! -f $(DEMO)/psg.json ] || [ ! -f $(DEMO)/pred.zip ] \
+	@if [ ! -f $(DEMO)/psg.json ] || [ ! -f $(DEMO)/pred.zip ] || [ ! -f $(DEMO)/pred-b.zip ] \
 	    || [ tools/synth.py -nt $(DEMO)/pred.zip ] || [ tools/make_demo.py -nt $(DEMO)/pred.zip ] \
 	    || [ sgeval.py -nt $(DEMO)/pred.zip ]; then \
 	  rm -rf $(DEMO) && $(PY) -m tools.make_demo --out $(DEMO); \
@@ -60,6 +62,16 @@ demo-data: $(STAMP)
 
 demo: demo-data
 	$(PY) sgeval.py --config configs/demo.yaml
+	$(PY) sgeval.py --config configs/demo.yaml --quiet --pred $(DEMO)/pred-b.zip --model "Model B" \
+	  --output demo/results-b.json > /dev/null
+	$(PY) sgeval.py report demo/results.json demo/results-b.json --tables all --output demo/report.md \
+	  --plots demo/plots --plot-formats png,pdf
+	@echo "report: demo/report.md; figures: demo/plots/"
+
+# The README's table (between its demo-table markers; tests/test_report.py checks it) and figure
+# (docs/protocols.png), from the demo's two models.
+figures: demo
+	$(PY) -m tools.make_figures
 
 demo-vg: $(STAMP)
 	rm -rf demo/vg && $(PY) -m tools.make_vg_demo --out demo/vg
@@ -119,7 +131,7 @@ check-sgb: $(STAMP)
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 clean:
-	rm -rf $(DEMO) demo/vg demo/results.json .pytest_cache
+	rm -rf $(DEMO) demo/vg demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
 	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
