@@ -10,8 +10,8 @@ Tables (``--tables``, comma-separated, or ``all``):
   of one protocol (``--protocol``; default: each file's headline protocol), in percent with
   ``--decimals`` decimals (PRank: a mean rank, lower is better); best value per column in bold,
   second underlined (with three rows or more).
-* ``protocols``: per model, the same metrics (``--compare-metrics``) under every protocol the runs
-  evaluated (headline first), and the protocol audit of each run under the table.
+* ``protocols``: per model, ``--compare-metrics`` under every protocol the runs evaluated
+  (``--protocols``; headline first), and the protocol audit of each run under the table.
 * ``predicates``: one row per predicate (by GT frequency, in head / body / tail groups when the
   run defined them or its training statistics allow the frequency split): GT count and the m-type
   metrics among the chosen ones, per model.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import typing
 from pathlib import Path
@@ -79,32 +80,88 @@ def _number_map(value, where, problems, integer=False):
     """A {name: number or None} mapping (integers only when integer), or a problem."""
     kinds = (int,) if integer else (int, float)
     if not isinstance(value, dict) or not all(
-            isinstance(v, kinds) and not isinstance(v, bool) or (v is None and not integer) for v in value.values()):
-        problems.append(f"{where}: expected a mapping of names to {'integers' if integer else 'numbers or null'}")
+            isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) or (v is None and not integer)
+            for v in value.values()):
+        problems.append(f"{where}: expected a mapping of names to {'integers' if integer else 'finite numbers or null'}")
         return False
     return True
 
 
+def _text(value):
+    return isinstance(value, str)
+
+
+def _texts(value):
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _finite(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+FIELDS = (  # (path, check, what it must be, required): the fields the report reads besides the sections
+    (("sgeval_version",), _text, "a version string", True),
+    (("config",), lambda v: isinstance(v, dict), "a mapping", True),
+    (("config", "k"), lambda v: _texts(v) and v, "a list of cut-off labels", True),
+    (("config", "protocol"), _text, "a protocol name", True),
+    (("config", "imr_k"), _texts, "a list of cut-off labels", False),
+    (("config", "model"), lambda v: v is None or _text(v), "a name or null", False),
+    (("config", "task"), _text, "a task name", False),
+    (("config", "gt_seg"), lambda v: v is None or _text(v), "a path or null", False),
+    (("config", "iou_threshold"), _finite, "a number", False),
+    (("images",), lambda v: isinstance(v, dict), "a mapping", True),
+    (("images", "evaluated"), lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", True),
+    (("protocol_audit",), lambda v: v is None or isinstance(v, dict), "a mapping or null", False),
+    (("protocol_audit", "per_image_mean"), lambda v: isinstance(v, dict) and all(map(_finite, v.values())),
+     "a mapping of names to numbers", False),
+    (("predicate_groups",), lambda v: v is None or isinstance(v, dict) and all(map(_texts, v.values())),
+     "a mapping of group names to lists of predicate names", False),
+)
+_MISSING = object()
+
+
+def _at(value, path):
+    for key in path:
+        value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+    return value
+
+
+def _check_fields(results, where, problems):
+    for path, check, what, required in FIELDS:
+        if not isinstance(_at(results, path[:-1]), dict):
+            continue  # its parent is reported (or null where that is allowed)
+        value = _at(results, path)
+        if value is _MISSING and not required:
+            continue
+        if value is _MISSING or not check(value):
+            problems.append(f"{where}{'.'.join(path)}: expected {what}")
+
+
 def _check_section(section, where, problems):
-    """A protocol's part of a results file: metrics, per_predicate (and predicate_confusion)."""
+    """A protocol's part of a results file: metrics, per_predicate (and predicate_confusion);
+    where: the problems' prefix ("file: " or "file: by_protocol.unique.")."""
     if not isinstance(section, dict):
-        problems.append(f"{where}: expected a mapping")
+        problems.append(f"{where.rstrip('.')}: expected a mapping")
         return
-    _number_map(section.get("metrics"), f"{where}.metrics", problems)
+    _number_map(section.get("metrics"), f"{where}metrics", problems)
+    rules = section.get("rules", {})
+    if not isinstance(rules, dict) or not all(map(_text, rules.values())):
+        problems.append(f"{where}rules: expected a mapping of rule names to values")
     per_predicate = section.get("per_predicate", {})
     if not isinstance(per_predicate, dict):
-        problems.append(f"{where}.per_predicate: expected a mapping")
+        problems.append(f"{where}per_predicate: expected a mapping")
     else:
         for key, values in per_predicate.items():
-            _number_map(values, f"{where}.per_predicate.{key}", problems)
+            _number_map(values, f"{where}per_predicate.{key}", problems)
     confusion = section.get("predicate_confusion")
     if confusion is not None:
-        if not isinstance(confusion, dict) or not isinstance(confusion.get("counts"), dict):
-            problems.append(f"{where}.predicate_confusion: expected a mapping with counts")
+        if not isinstance(confusion, dict) or not isinstance(confusion.get("counts"), dict) or not _text(
+                confusion.get("k")):
+            problems.append(f"{where}predicate_confusion: expected a mapping with k and counts")
         else:
             for name, row in confusion["counts"].items():
-                _number_map(row, f"{where}.predicate_confusion.counts.{name}", problems, integer=True)
-            _number_map(confusion.get("no_prediction", {}), f"{where}.predicate_confusion.no_prediction", problems,
+                _number_map(row, f"{where}predicate_confusion.counts.{name}", problems, integer=True)
+            _number_map(confusion.get("no_prediction", {}), f"{where}predicate_confusion.no_prediction", problems,
                         integer=True)
 
 
@@ -123,11 +180,8 @@ def read_results(path):
     if not isinstance(results, dict) or "sgeval_version" not in results:
         raise ReportError([f"{path}: not an sgeval results file (no sgeval_version)"])
     problems = []
-    config = results.get("config")
-    if not isinstance(config, dict) or not isinstance(config.get("k"), list) or not isinstance(
-            config.get("protocol"), str):
-        problems.append(f"{path}: config: expected a mapping with k (a list) and protocol")
-    _check_section(results, path, problems)
+    _check_fields(results, f"{path}: ", problems)
+    _check_section(results, f"{path}: ", problems)
     _number_map(results.get("gt_relations_per_predicate"), f"{path}: gt_relations_per_predicate", problems, True)
     _number_map(results.get("training_relations_per_predicate", {}), f"{path}: training_relations_per_predicate",
                 problems, True)
@@ -136,10 +190,7 @@ def read_results(path):
         problems.append(f"{path}: by_protocol: expected a mapping")
     else:
         for protocol, section in by_protocol.items():
-            _check_section(section, f"{path}: by_protocol.{protocol}", problems)
-    groups = results.get("predicate_groups") or {}
-    if not isinstance(groups, dict) or not all(isinstance(names, list) for names in groups.values()):
-        problems.append(f"{path}: predicate_groups: expected a mapping of group names to lists")
+            _check_section(section, f"{path}: by_protocol.{protocol}.", problems)
     if problems:
         raise ReportError(problems)
     return results
@@ -311,8 +362,8 @@ def audit_line(run):
                                         if isinstance(value, (int, float)))
 
 
-def protocols_table(runs, keys, marks, notes):
-    protocols = protocol_names(runs)
+def protocols_table(runs, keys, marks, notes, protocols=None):
+    protocols = protocols or protocol_names(runs)
     columns = [_column(name + (" (headline)" if name == runs[0].results["config"]["protocol"] else ""), key)
                for key in keys for name in protocols]
     rows = [[_label(run, marks)] + [(section(run, name) or {}).get("metrics", {}).get(key) for key in keys
@@ -509,8 +560,23 @@ RENDERERS = {"markdown": render_markdown, "latex": render_latex, "csv": render_c
 # ---------------------------------------------------------------------------------------------
 
 
+def _require(runs, keys, protocols):
+    """ReportError for keys no run reports and protocols no run evaluated."""
+    problems = [f"report: no results file has protocol {name} (they have {', '.join(protocol_names(runs))})"
+                for name in protocols if all(section(run, name) is None for run in runs)]
+    if problems:
+        raise ReportError(problems)
+    available = {key for run in runs for name in protocols for key in (section(run, name) or {}).get("metrics", {})}
+    missing = [key for key in keys if key not in available]
+    if missing:
+        problems.append(f"report: no results file has {', '.join(missing)} (see --metrics and --k; they have "
+                        f"{', '.join(sorted(available)[:30])}{' ...' if len(available) > 30 else ''})")
+    if problems:
+        raise ReportError(problems)
+
+
 def build_tables(runs, tables=("main", "protocols"), families=("R", "mR"), ks=None, protocol=None,
-                 compare_keys=None, top=10, allow_mixed=False):
+                 compare_keys=None, top=10, allow_mixed=False, compare_protocols=None):
     """The report's Tables for runs (see the module docstring for every option)."""
     ks = list(ks or default_ks(runs))
     if not ks:
@@ -521,12 +587,15 @@ def build_tables(runs, tables=("main", "protocols"), families=("R", "mR"), ks=No
                            f"choose the protocol of the table with --protocol"])
     marks, notes = comparability(runs, protocol, allow_mixed)
     keys = metric_keys(runs, families, ks)
+    _require(runs, keys, [protocol or runs[0].results["config"]["protocol"]])
     out = []
     if "main" in tables:
         out.append(main_table(runs, keys, protocol, marks, notes))
     if "protocols" in tables:
         k = headline_k(ks)
-        out.append(protocols_table(runs, compare_keys or [f"R@{k}", f"mR@{k}"], marks, notes))
+        compare_keys = compare_keys or [f"R@{k}", f"mR@{k}"]
+        _require(runs, compare_keys, compare_protocols or protocol_names(runs))
+        out.append(protocols_table(runs, compare_keys, marks, notes, compare_protocols))
     if "predicates" in tables:
         out.append(predicates_table(runs, keys, protocol))
     if "confusion" in tables:
@@ -589,6 +658,7 @@ def _labels(pairs, mapping_file):
 @click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")
 @click.option("--protocol", help="Protocol of the main, predicates and confusion tables (default: the headline).")
 @click.option("--compare-metrics", help="Keys of the protocol comparison (default: R@50, mR@50).")
+@click.option("--protocols", "compare_protocols", help="Protocols of the comparison (default: all the runs have).")
 @click.option("--label", "label_pairs", multiple=True, help="FILE=LABEL, the row label of a results file.")
 @click.option("--labels", "labels_file", type=click.Path(dir_okay=False), help="YAML/JSON {file: label}.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="markdown", show_default=True)
@@ -598,8 +668,8 @@ def _labels(pairs, mapping_file):
 @click.option("--output", help="Write the tables here (default: stdout).")
 @click.option("--plots", "plots_dir", help="Also draw the figures into this folder (needs matplotlib).")
 @click.option("--plot-formats", default="png", show_default=True, help="png, pdf, svg, comma-separated.")
-def main(results, table_names, metrics, ks, protocol, compare_metrics, label_pairs, labels_file, fmt, decimals, top,
-         allow_mixed, output, plots_dir, plot_formats):
+def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_protocols, label_pairs, labels_file,
+         fmt, decimals, top, allow_mixed, output, plots_dir, plot_formats):
     """Paper tables (Markdown, LaTeX, CSV) and figures from sgeval results files, one per model."""
     plot_formats = _choices(plot_formats, ("png", "pdf", "svg"), "--plot-formats")
 
@@ -608,7 +678,8 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, label_pai
         names = _choices(table_names, TABLES, "--tables") if table_names else \
             ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
         tables = build_tables(runs, names, sgeval._as_list(metrics), sgeval._as_list(ks) if ks else None, protocol,
-                              sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed)
+                              sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
+                              sgeval._as_list(compare_protocols) if compare_protocols else None)
         text = render(tables, fmt, decimals)
         if output:
             sgeval.write_output(output, [text], "--output")

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import ROOT, sgeval
 
 import sgeval_report
@@ -219,7 +221,7 @@ def test_a_protocol_a_run_lacks_is_a_dash(demo, tmp_path):
 @pytest.mark.parametrize("content, problem", [
     ("{", "cannot read the results file: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ("[]", "not an sgeval results file (no sgeval_version)"),
-    ('{"sgeval_version": "1"}', "config: expected a mapping with k (a list) and protocol"),
+    ('{"sgeval_version": "1"}', "config: expected a mapping"),
 ])
 def test_a_bad_results_file_is_one_clear_error(tmp_path, content, problem):
     (tmp_path / "bad.json").write_text(content)
@@ -235,7 +237,7 @@ def test_wrong_types_name_the_field(demo, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     lines = report(tmp_path / "bad.json").stderr.splitlines()
     where = tmp_path / "bad.json"
-    assert lines == [f"error: {where}.metrics: expected a mapping of names to numbers or null",
+    assert lines == [f"error: {where}: metrics: expected a mapping of names to finite numbers or null",
                      f"error: {where}: gt_relations_per_predicate: expected a mapping of names to integers",
                      f"error: {where}: by_protocol.openpsg.predicate_confusion.counts.over: expected a mapping of "
                      f"names to integers"]
@@ -308,3 +310,59 @@ def test_the_readme_shows_the_demo_table(demo):
     """make figures writes it; this keeps it true."""
     readme = (ROOT / "README.md").read_text()
     assert make_figures.readme_table(readme) == make_figures.demo_table([demo["A"], demo["B"]])
+
+
+def test_unknown_metrics_and_protocols_are_named(demo):
+    assert report(demo["A"], "--metrics", "R,Foo", "--tables", "main").stderr.startswith(
+        "error: report: no results file has Foo@20, Foo@50, Foo@100 (see --metrics and --k; they have IMR@10, ")
+    assert report(demo["A"], "--protocol", "sgb").stderr == \
+        "error: report: no results file has protocol sgb (they have unique, singlempo, multimpo, openpsg)\n"
+    chosen = report(demo["A"], demo["B"], "--tables", "protocols", "--protocols", "openpsg,unique").output
+    assert markdown_rows(chosen, "Protocol comparison")[0] == [
+        "Model", "R@50 openpsg", "R@50 unique (headline)", "mR@50 openpsg", "mR@50 unique (headline)"]
+
+
+def test_non_finite_values_are_refused(demo, tmp_path):
+    (tmp_path / "nan.json").write_text(demo["A"].read_text().replace('"R@20": 0.', '"R@20": NaN, "x": 0.', 1))
+    assert f"error: {tmp_path / 'nan.json'}: metrics: expected a mapping of names to finite numbers or null" in \
+        report(tmp_path / "nan.json").stderr
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2, 10**6) | st.floats(allow_nan=False)
+                           | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+
+
+def _paths(value, prefix=()):
+    """Every (path) to a value inside nested dicts and lists."""
+    yield prefix
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        yield from _paths(inner, (*prefix, key))
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_changed_results_file_is_reported_or_refused_never_a_traceback(demo, tmp_path, data):
+    """Any value of a results file replaced by any JSON value: every table renders in every format,
+    or one ReportError names the problems."""
+    changed = results(demo["A"])
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(sorted(_paths(changed), key=repr)))
+        value = data.draw(JSON_VALUES)
+        if not path:
+            changed = value
+            break
+        parent = changed
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = value
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    try:
+        runs = sgeval_report.load_runs([str(demo["B"]), str(tmp_path / "changed.json")])
+        tables = sgeval_report.build_tables(runs, sgeval_report.TABLES, allow_mixed=True)
+    except sgeval_report.ReportError as error:
+        assert error.problems
+        return
+    for fmt in sgeval_report.FORMATS:
+        assert sgeval_report.render(tables, fmt)
