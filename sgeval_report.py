@@ -137,6 +137,15 @@ def _check_fields(results, where, problems):
             problems.append(f"{where}{'.'.join(path)}: expected {what}")
 
 
+def _each(value, where, problems, check_item):
+    """check_item(key, item) for each item of a mapping, or a problem when value is not one."""
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected a mapping")
+        return
+    for key, item in value.items():
+        check_item(key, item)
+
+
 def _check_section(section, where, problems):
     """A protocol's part of a results file: metrics, per_predicate (and predicate_confusion);
     where: the problems' prefix ("file: " or "file: by_protocol.unique.")."""
@@ -147,12 +156,8 @@ def _check_section(section, where, problems):
     rules = section.get("rules", {})
     if not isinstance(rules, dict) or not all(map(_text, rules.values())):
         problems.append(f"{where}rules: expected a mapping of rule names to values")
-    per_predicate = section.get("per_predicate", {})
-    if not isinstance(per_predicate, dict):
-        problems.append(f"{where}per_predicate: expected a mapping")
-    else:
-        for key, values in per_predicate.items():
-            _number_map(values, f"{where}per_predicate.{key}", problems)
+    _each(section.get("per_predicate", {}), f"{where}per_predicate", problems,
+          lambda key, values: _number_map(values, f"{where}per_predicate.{key}", problems))
     confusion = section.get("predicate_confusion")
     if confusion is not None:
         if not isinstance(confusion, dict) or not isinstance(confusion.get("counts"), dict) or not _text(
@@ -185,12 +190,8 @@ def read_results(path):
     _number_map(results.get("gt_relations_per_predicate"), f"{path}: gt_relations_per_predicate", problems, True)
     _number_map(results.get("training_relations_per_predicate", {}), f"{path}: training_relations_per_predicate",
                 problems, True)
-    by_protocol = results.get("by_protocol", {})
-    if not isinstance(by_protocol, dict):
-        problems.append(f"{path}: by_protocol: expected a mapping")
-    else:
-        for protocol, section in by_protocol.items():
-            _check_section(section, f"{path}: by_protocol.{protocol}.", problems)
+    _each(results.get("by_protocol", {}), f"{path}: by_protocol", problems,
+          lambda protocol, section: _check_section(section, f"{path}: by_protocol.{protocol}.", problems))
     if problems:
         raise ReportError(problems)
     return results
