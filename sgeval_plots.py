@@ -49,6 +49,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullLocator
 from matplotlib.transforms import blended_transform_factory
 
+from sgeval_report import predicate_order, top_confusions
+
 FORMATS = ("png", "pdf", "svg")
 DPI = 200  # PNG resolution, dots per inch
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
@@ -160,22 +162,6 @@ def _save(stem, formats, size, draw, *args):
 # ---------------------------------------------------------------------------------------------
 # Per-predicate recall
 # ---------------------------------------------------------------------------------------------
-
-
-def predicate_order(results):
-    """(names, groups): the GT predicates of results by descending GT count (ties by name) or, with
-    predicate groups, group by group in that order, the predicates of no group last; groups =
-    [(group name, start, stop)] index ranges of names (groups without a GT predicate left out)."""
-    counts = results.get("gt_relations_per_predicate") or {}
-    by_count = sorted(counts, key=lambda name: (-counts[name], name))
-    names, placed, groups = [], set(), []
-    for group, members in (results.get("predicate_groups") or {}).items():
-        chosen = [name for name in by_count if name in set(members) and name not in placed]
-        if chosen:
-            groups.append((group, len(names), len(names) + len(chosen)))
-            names += chosen
-            placed.update(chosen)
-    return names + [name for name in by_count if name not in placed], groups
 
 
 def _per_predicate_name(key):
@@ -376,13 +362,11 @@ def row_shares(counts_RC):
     return counts_RC / np.maximum(counts_RC.sum(axis=1, keepdims=True), 1)
 
 
-def top_confusions(counts_RC, top):
-    """[(row, column)] of the `top` largest non-zero counts off the diagonal (the GT triplets a
-    confusion takes, as in sgeval_report's table), the last column (no prediction) not counted;
-    largest first, ties by row then column."""
-    cells = [(-counts_RC[r, c], r, c) for r in range(counts_RC.shape[0]) for c in range(counts_RC.shape[1] - 1)
-             if c != r and counts_RC[r, c] > 0]
-    return [(r, c) for _, r, c in sorted(cells)[:max(top, 0)]]
+def top_cells(confusion, rows, columns, top):
+    """[(row, column)] of confusion_table's cells holding the `top` confusions of sgeval_report's
+    table (top_confusions: by GT triplets off the diagonal, "no prediction" not counted)."""
+    row_of, column_of = {name: r for r, name in enumerate(rows)}, {name: c for c, name in enumerate(columns)}
+    return [(row_of[gt], column_of[predicted]) for gt, predicted, *_ in top_confusions(confusion, max(top, 0))]
 
 
 def _crowded_font_size(n):
@@ -400,7 +384,7 @@ def confusion_matrix(run, stem, formats=("png",), top=10):
     title = (f"{run.label}: predicate of the top-{confusion.get('k', '?')} prediction per GT triplet "
              f"({(run.results.get('config') or {}).get('protocol', 'headline')} protocol)")
     return _save(stem, formats, CONFUSION_SIZE, _draw_confusion, rows, columns, shares_RC,
-                 top_confusions(counts_RC, top), title)
+                 top_cells(confusion, rows, columns, top), title)
 
 
 def _draw_confusion(fig, rows, columns, shares_RC, marked, title):

@@ -388,13 +388,28 @@ def predicate_groups(results):
     return {group: [names[i] for i in members] for group, members in groups.items()}
 
 
+def predicate_order(results):
+    """(names, groups): the GT predicates of results by descending GT count (ties by name) or, with
+    predicate groups, group by group in that order, the predicates of no group last; groups =
+    [(group name, start, stop)] index ranges of names (groups without a GT predicate left out)."""
+    counts = results.get("gt_relations_per_predicate") or {}
+    by_count = sorted(counts, key=lambda name: (-counts[name], name))
+    names, placed, groups = [], set(), []
+    for group, members in (results.get("predicate_groups") or {}).items():
+        chosen = [name for name in by_count if name in set(members) and name not in placed]
+        if chosen:
+            groups.append((group, len(names), len(names) + len(chosen)))
+            names += chosen
+            placed.update(chosen)
+    return names + [name for name in by_count if name not in placed], groups
+
+
 def predicates_table(runs, keys, protocol):
     first = runs[0].results
     counts = first["gt_relations_per_predicate"]
     groups = predicate_groups(first)
-    group_of = {name: group for group, names in groups.items() for name in names}
-    order = {group: index for index, group in enumerate(groups)}
-    names = sorted(counts, key=lambda name: (order.get(group_of.get(name), len(order)), -counts[name], name))
+    names, spans = predicate_order({**first, "predicate_groups": groups})
+    group_of = {name: group for group, start, stop in spans for name in names[start:stop]}
     m_keys = [key for key in keys if key.startswith(("mR@", "mNgR@", "IMR@")) and "/" not in key]
     columns = [_column("Predicate")] + ([_column("Group")] if groups else []) + [_column("GT")] + [
         _column(key, run.label) for run in runs for key in m_keys]

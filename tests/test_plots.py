@@ -235,10 +235,11 @@ def test_confusion_table_and_its_top_confusions():
     assert counts_RC.tolist() == [[2, 1, 0, 1, 1], [3, 0, 0, 0, 1], [0, 0, 0, 0, 2]]
     np.testing.assert_allclose(plots.row_shares(counts_RC), [[0.4, 0.2, 0, 0.2, 0.2], [0.75, 0, 0, 0, 0.25],
                                                              [0, 0, 0, 0, 1]])
-    # By count, off the diagonal, "no prediction" (beside's 2) not counted; ties by row, then column.
-    assert plots.top_confusions(counts_RC, 10) == [(1, 0), (0, 1), (0, 3)]
-    assert plots.top_confusions(counts_RC, 1) == [(1, 0)]
-    assert plots.top_confusions(counts_RC, 0) == []
+    # The report's top confusions: by count, off the diagonal, "no prediction" (beside's 2) not
+    # counted; ties by name.
+    assert plots.top_cells(confusion, rows, columns, 10) == [(1, 0), (0, 1), (0, 3)]
+    assert plots.top_cells(confusion, rows, columns, 1) == [(1, 0)]
+    assert plots.top_cells(confusion, rows, columns, 0) == []
 
 
 def test_only_sgeval_plots_imports_matplotlib_and_never_pyplot():
