@@ -2211,13 +2211,13 @@ def per_image_lines(config, gt, counted):
     recall the run reports (per k) and their denominators (0 where the protocol leaves the image out)."""
     wanted = set(config.metrics) - ({"A"} if config.task == "sgdet" else set())
     families = wanted | ({"R"} if {"mR", "F1"} & wanted else set()) | ({"ngR"} if "mNgR" in wanted else set())
+    chosen = [spec for family, spec in PER_IMAGE_HITS.items() if family in families]
+    fields = dict.fromkeys(name for _, field, _, total in chosen for name in (total, field))
     columns = {}  # (protocol, key) -> (I,) or (I, n_k) int64
     for protocol, store in counted.stores.items():
-        for family, (prefix, field, total_key, total_field) in PER_IMAGE_HITS.items():
-            if family in families:
-                for key, name in ((total_key, total_field), (prefix, field)):
-                    values = store[name]
-                    columns[protocol, key] = values.sum(axis=-1) if name in PER_PREDICATE_FIELDS else values
+        per_image = {name: store[name].sum(axis=-1) if name in PER_PREDICATE_FIELDS else store[name] for name in fields}
+        for prefix, field, total_key, total_field in chosen:  # each count field made whole once
+            columns[protocol, total_key], columns[protocol, prefix] = per_image[total_field], per_image[field]
     for slot, image in enumerate(gt.images):
         hits = {protocol: {} for protocol in counted.stores}
         for (protocol, key), values in columns.items():

@@ -174,14 +174,12 @@ def read_results(path):
     """The parsed results file at path, checked for every field the report reads; ReportError otherwise."""
     try:
         size = Path(path).stat().st_size
-        if size > MAX_RESULTS_BYTES:
-            raise ReportError([f"{path}: {size} bytes, more than the {MAX_RESULTS_BYTES} a results file may have"])
-        results = json.loads(Path(path).read_text(encoding="utf-8"))
+        results = json.loads(Path(path).read_text(encoding="utf-8")) if size <= MAX_RESULTS_BYTES else None
     except (OSError, ValueError, RecursionError) as error:
-        if isinstance(error, ReportError):
-            raise
         reason = getattr(error, "strerror", None) or " ".join(str(error).split())
         raise ReportError([f"{path}: cannot read the results file: {reason}"]) from None
+    if size > MAX_RESULTS_BYTES:
+        raise ReportError([f"{path}: {size} bytes, more than the {MAX_RESULTS_BYTES} a results file may have"])
     if not isinstance(results, dict) or "sgeval_version" not in results:
         raise ReportError([f"{path}: not an sgeval results file (no sgeval_version)"])
     problems = []
@@ -355,12 +353,10 @@ def protocol_names(runs):
 
 
 def audit_line(run):
-    audit = run.results.get("protocol_audit") or {}
-    means = audit.get("per_image_mean") or {}
-    if not isinstance(means, dict) or not means:
+    means = (run.results.get("protocol_audit") or {}).get("per_image_mean")  # checked by read_results
+    if not means:
         return f"{run.label}: no protocol audit in its results"
-    return f"{run.label}: " + ", ".join(f"{field.replace('_', ' ')} {value:.2f}" for field, value in means.items()
-                                        if isinstance(value, (int, float)))
+    return f"{run.label}: " + ", ".join(f"{field.replace('_', ' ')} {value:.2f}" for field, value in means.items())
 
 
 def protocols_table(runs, keys, marks, notes, protocols=None):
@@ -693,7 +689,8 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
         runs = load_runs(list(results), _labels(label_pairs, labels_file))
         names = _choices(table_names, TABLES, "--tables") if table_names else \
             ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
-        tables = build_tables(runs, names, sgeval._as_list(metrics), sgeval._as_list(ks) if ks else None, protocol,
+        cutoffs = sgeval._as_list(ks) if ks else default_ks(runs)
+        tables = build_tables(runs, names, sgeval._as_list(metrics), cutoffs, protocol,
                               sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
                               sgeval._as_list(compare_protocols) if compare_protocols else None)
         text = render(tables, fmt, decimals)
@@ -701,9 +698,7 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
             sgeval.write_output(output, [text], "--output")
         else:
             click.echo(text, nl=False)
-        written = write_plots(runs, plots_dir, plot_formats, headline_k(ks and sgeval._as_list(ks)
-                                                                          or default_ks(runs))) if plots_dir else []
-        return written
+        return write_plots(runs, plots_dir, plot_formats, headline_k(cutoffs)) if plots_dir else []
 
     written = sgeval.run_cli(work, "report", quiet=True)
     for path in ([output] if output else []) + [str(path) for path in written]:
