@@ -9,7 +9,9 @@
 #   make figures            regenerate the README's table and figure (docs/) from the demo
 #   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): convert.vg150,
 #                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
-#   make test               run the test suite
+#   make test               run the test suite (with the service's browser tests in headless chromium)
+#   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
+#                           the demo's two models once, then serves (configs/serve-demo.yaml; state in serve-state/)
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
 #                           recipe) exists, first convert the raw model output it names into the config's
 #                           pred (if that is missing or stale, convert/README.md).
@@ -38,9 +40,22 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup demo demo-data demo-vg figures test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
 
-setup: $(STAMP)
+setup: $(STAMP) browser
+
+# The browser tests (tests/test_serve_browser.py) drive Debian's chromium through its chromedriver:
+# installed with apt where missing (as root, or with sudo).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make setup: chromium and chromedriver are missing and apt-get is not here: install them" >&2; exit 1; \
+	  fi; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "installing Debian's chromium and chromium-driver with apt"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    chromium chromium-driver >/dev/null; \
+	fi
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "make setup: neither python3.11 nor python3 found" >&2; exit 1; fi
@@ -73,11 +88,18 @@ demo: demo-data
 figures: demo
 	$(PY) -m tools.make_figures
 
+SERVE := $(PY) -m sgeval_serve --config configs/serve-demo.yaml
+serve: demo-data
+	$(SERVE) submit $(DEMO)/pred.zip --benchmark psg-demo --user sgeval-demo --method "Model A" --approve --if-new
+	$(SERVE) submit $(DEMO)/pred-b.zip --benchmark psg-demo --user sgeval-demo --method "Model B" --if-new
+	@echo "an admin token: $(SERVE) token <name> --admin   (or sign up on the page)"
+	$(SERVE) $(if $(PORT),--port $(PORT))
+
 demo-vg: $(STAMP)
 	rm -rf demo/vg && $(PY) -m tools.make_vg_demo --out demo/vg
 	$(PY) sgeval.py --config configs/vg150-demo.yaml
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q tests
 
 # Fuzz campaign: generated bad inputs for every reader (fuzz/), FUZZ_S seconds; non-clean cases go to fuzz/corpus/.
@@ -131,7 +153,7 @@ check-sgb: $(STAMP)
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 clean:
-	rm -rf $(DEMO) demo/vg demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
+	rm -rf $(DEMO) serve-state demo/vg demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
 	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 

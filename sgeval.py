@@ -204,6 +204,7 @@ import collections
 import collections.abc
 import dataclasses
 import gc
+import importlib
 import io
 import itertools
 import json
@@ -2655,19 +2656,19 @@ def run_cli(work, label, quiet=False):
 
 
 def cli():
-    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py (beside this file, or
-    installed with it); anything else is an evaluation (main)."""
-    if sys.argv[1:2] != ["report"]:
+    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py and ``sgeval serve ...`` the
+    package sgeval_serve (beside this file, or installed with it); anything else is an evaluation."""
+    command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"]) else None
+    if command is None:
         return main()
+    module = {"report": "sgeval_report", "serve": "sgeval_serve"}[command]
     try:
-        import sgeval_report
+        entry = importlib.import_module(module).main
     except ModuleNotFoundError as error:
-        if error.name != "sgeval_report":
-            raise
-        click.echo("error: the report command needs sgeval_report.py beside sgeval.py (pip install sgeval has it)",
-                   err=True)
+        needs = f"{module} beside sgeval.py (pip install sgeval has it)" if error.name == module else f"{error.name} (pip install 'sgeval[{command}]')"
+        click.echo(f"error: the {command} command needs {needs}", err=True)
         sys.exit(1)
-    return sgeval_report.main(sys.argv[2:], prog_name=f"{Path(sys.argv[0]).name} report")
+    return entry(sys.argv[2:], prog_name=f"{Path(sys.argv[0]).name} {command}")
 
 
 if __name__ == "__main__":

@@ -302,7 +302,7 @@ def test_sgeval_py_without_the_report_module_says_so(demo, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_:
         sgeval.cli()
     assert exit_.value.code == 1
-    assert capsys.readouterr().err == "error: the report command needs sgeval_report.py beside sgeval.py (pip " \
+    assert capsys.readouterr().err == "error: the report command needs sgeval_report beside sgeval.py (pip " \
                                       "install sgeval has it)\n"
 
 

@@ -1,0 +1,3 @@
+from sgeval_serve.cli import main
+
+main()

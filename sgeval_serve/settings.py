@@ -1,0 +1,227 @@
+"""The service's YAML configuration: the server's settings and its benchmarks.
+
+A benchmark is one (dataset, split, task) with hidden ground truth. Its leaderboard columns are
+``protocols`` (the first is the headline) × ``metrics`` (result keys such as ``R@50``,
+``mR@50``, ``PRank``); ``evaluation`` holds further sgeval config keys (``k``, ``iou_threshold``,
+...). Paths in the file are relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import yaml
+
+import sgeval
+
+SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
+               "benchmarks")
+BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
+                  "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
+# keys the service sets itself for every evaluation
+RESERVED_EVALUATION_KEYS = ("gt", "gt_seg", "train_gt", "pred", "protocol", "protocols", "task", "output",
+                            "per_image", "workers", "model", "per_predicate")
+SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+METRIC_KEY = re.compile(r"([A-Za-z]+)@([0-9]+|x[0-9.eE+-]+|inf)|InstR|PRank")
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    slug: str
+    title: str
+    dataset: str
+    split: str
+    task: str
+    gt: str
+    gt_seg: str | None
+    train_gt: str | None
+    description: str
+    protocols: tuple  # the first is the headline
+    metrics: tuple
+    order_by: str  # the boards' default sort: a metric of the headline protocol
+    per_predicate_metric: str
+    quota_per_day: int
+    quota_total: int
+    missing_images: str  # count | refuse
+    evaluation: dict  # further sgeval config keys
+
+    @property
+    def headline(self):
+        return self.protocols[0]
+
+    def sgeval_config(self, pred):
+        """The sgeval Config that evaluates pred on this benchmark."""
+        return sgeval.make_config({**self.evaluation, "gt": self.gt, "gt_seg": self.gt_seg, "train_gt": self.train_gt,
+                                   "pred": str(pred), "protocol": self.headline, "protocols": list(self.protocols[1:]),
+                                   "task": self.task, "workers": 1}, source="benchmark")
+
+    def hidden_paths(self):
+        """The paths no message may show."""
+        return [path for path in (self.gt, self.gt_seg, self.train_gt) if path]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    title: str
+    state_dir: Path
+    host: str
+    port: int
+    workers: int
+    job_timeout: float
+    max_upload_bytes: int
+    signup: bool
+    benchmarks: dict  # slug -> Benchmark, in the file's order
+    source: str
+
+
+def _unknown(values, known, where, problems):
+    problems += [f"{where}: unknown key '{key}' (valid: {', '.join(known)})" for key in values if key not in known]
+
+
+def _integer(values, key, default, low, high, where, problems):
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
+            or (isinstance(value, float) and not value.is_integer()):
+        problems.append(f"{where}: '{key}' must be a whole number from {low} to {high}, not {value!r}")
+        return default
+    return int(value)
+
+
+def _text(values, key, default, where, problems):
+    value = values.get(key, default)
+    if value is not None and not isinstance(value, str):
+        problems.append(f"{where}: '{key}' must be text, not {value!r}")
+        return default
+    return value
+
+
+def _path(base, value):
+    return None if value is None else str((base / value).resolve())
+
+
+def metric_family(key):
+    """The sgeval metric family of a result key (R@50 -> R, mR@inf -> Rinf), or None."""
+    match = METRIC_KEY.fullmatch(key)
+    if not match:
+        return None
+    if match.group(1) is None:
+        return key
+    family, k = match.groups()
+    return ("Rinf" if family in ("R", "mR") else None) if k == "inf" else family
+
+
+def _metrics(values, where, problems):
+    metrics = values.get("metrics", ["R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"])
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        problems.append(f"{where}: 'metrics' must be a list of result keys such as R@50, mR@50")
+        return ("R@50",)
+    for key in metrics:
+        family = metric_family(key)
+        if family not in sgeval.METRIC_FAMILIES:
+            problems.append(f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
+    return tuple(dict.fromkeys(metrics))
+
+
+def _protocols(values, where, problems):
+    protocols = values.get("protocols", ["singlempo", "unique", "openpsg"])
+    if not isinstance(protocols, list) or not protocols or not set(map(str, protocols)) <= set(sgeval.PROTOCOLS):
+        problems.append(f"{where}: 'protocols' must be a list of {', '.join(sgeval.PROTOCOLS)} (headline first)")
+        return ("unique",)
+    return tuple(dict.fromkeys(protocols))
+
+
+def _order_by(values, metrics, where, problems):
+    order_by = values.get("order_by", metrics[0])
+    if order_by not in metrics:
+        problems.append(f"{where}: 'order_by' must be one of the metrics ({', '.join(metrics)}), not {order_by!r}")
+        return metrics[0]
+    return order_by
+
+
+def _evaluation(values, metrics, where, problems):
+    extra = values.get("evaluation") or {}
+    if not isinstance(extra, dict):
+        problems.append(f"{where}: 'evaluation' must be a mapping of sgeval config keys")
+        return {}
+    problems += [f"{where}: evaluation key '{key}' is set by the service" for key in extra
+                 if key in RESERVED_EVALUATION_KEYS]
+    extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
+    families = {metric_family(key) for key in metrics} - {None}
+    if "metrics" not in extra:
+        extra["metrics"] = sorted(families)
+    return extra
+
+
+def _benchmark(slug, values, base, problems):
+    where = f"benchmarks.{slug}"
+    if not SLUG.fullmatch(str(slug)):
+        problems.append(f"{where}: a benchmark's name must be lower-case letters, digits and '-' (URL-safe)")
+    if not isinstance(values, dict):
+        problems.append(f"{where}: must be a mapping")
+        return None
+    _unknown(values, BENCHMARK_KEYS, where, problems)
+    if not isinstance(values.get("gt"), str):
+        problems.append(f"{where}: 'gt' (the hidden ground truth's psg.json) is required")
+    metrics = _metrics(values, where, problems)
+    m_type = [key for key in metrics if key.startswith(("mR@", "mNgR@"))]
+    quota = values.get("quota") or {}
+    if not isinstance(quota, dict):
+        problems.append(f"{where}: 'quota' must be a mapping with per_day and total")
+        quota = {}
+    _unknown(quota, ("per_day", "total"), f"{where}.quota", problems)
+    missing = values.get("missing_images", "count")
+    if missing not in ("count", "refuse"):
+        problems.append(f"{where}: 'missing_images' must be count or refuse, not {missing!r}")
+    return Benchmark(
+        slug=str(slug), title=_text(values, "title", str(slug), where, problems),
+        dataset=_text(values, "dataset", "", where, problems), split=_text(values, "split", "test", where, problems),
+        task=_text(values, "task", "sgdet", where, problems),
+        gt=_path(base, values.get("gt") if isinstance(values.get("gt"), str) else "."),
+        gt_seg=_path(base, _text(values, "gt_seg", None, where, problems)),
+        train_gt=_path(base, _text(values, "train_gt", None, where, problems)),
+        description=_text(values, "description", "", where, problems) or "",
+        protocols=_protocols(values, where, problems), metrics=metrics, order_by=_order_by(values, metrics, where, problems),
+        per_predicate_metric=_text(values, "per_predicate_metric", (m_type or ["mR@50"])[0], where, problems),
+        quota_per_day=_integer(quota, "per_day", 5, 1, 10**6, f"{where}.quota", problems),
+        quota_total=_integer(quota, "total", 100, 1, 10**9, f"{where}.quota", problems),
+        missing_images=missing, evaluation=_evaluation(values, metrics, where, problems))
+
+
+def load_settings(path, **overrides):
+    """Read the service's YAML file; raises sgeval.SGEvalError listing every problem."""
+    path = Path(path)
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise sgeval.SGEvalError([f"{path}: cannot read the service config: {error}"]) from None
+    if not isinstance(values, dict):
+        raise sgeval.SGEvalError([f"{path}: the service config must be a mapping"])
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    where, base, problems = str(path), path.resolve().parent, []
+    _unknown(values, SERVER_KEYS, where, problems)
+    benchmarks = values.get("benchmarks")
+    if not isinstance(benchmarks, dict) or not benchmarks:
+        problems.append(f"{where}: 'benchmarks' must map at least one benchmark name to its settings")
+        benchmarks = {}
+    parsed = {str(slug): _benchmark(slug, spec, base, problems) for slug, spec in benchmarks.items()}
+    settings = Settings(
+        title=_text(values, "title", "sgeval benchmarks", where, problems),
+        state_dir=Path(_path(base, _text(values, "state_dir", "serve-state", where, problems) or "serve-state")),
+        host=_text(values, "host", "127.0.0.1", where, problems),
+        port=_integer(values, "port", 8000, 0, 65535, where, problems),
+        workers=_integer(values, "workers", 1, 1, 64, where, problems),
+        job_timeout=_integer(values, "job_timeout", 3600, 1, 7 * 86400, where, problems),
+        max_upload_bytes=_integer(values, "max_upload_mb", 512, 1, 1 << 20, where, problems) << 20,
+        signup=bool(values.get("signup", False)), benchmarks=parsed, source=where)
+    for benchmark in parsed.values():
+        if benchmark is None:
+            continue
+        try:
+            benchmark.sgeval_config("prediction.zip")
+        except sgeval.SGEvalError as error:
+            problems += [f"{where}: benchmarks.{benchmark.slug}: {p}" for p in error.problems]
+    if problems:
+        raise sgeval.SGEvalError(problems)
+    return settings

@@ -1,0 +1,215 @@
+"""Receiving an upload: the multipart body streamed to a file under incoming/ (never whole in
+memory, cut off at the size limit), then checked with sgeval's own reader against the benchmark's
+ground truth before anything is queued."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import typing
+import unicodedata
+
+from python_multipart import MultipartParser
+from python_multipart.multipart import parse_options_header
+
+import sgeval
+
+FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
+MAX_FIELD_BYTES = 2048
+MAX_PARTS = 16
+
+
+class UploadError(Exception):
+    """A refused upload: the HTTP status and one line per problem."""
+
+    def __init__(self, status, problems):
+        super().__init__("\n".join(problems))
+        self.status, self.problems = status, list(problems)
+
+
+class Upload(typing.NamedTuple):
+    fields: dict  # text fields
+    path: object  # the received file under incoming/, or None
+    file_name: str  # the client's name for it, for display only
+    size: int
+    sha256: str
+    kind: str  # zip | json
+
+
+class GTInfo(typing.NamedTuple):
+    """What validating a prediction needs of a benchmark's hidden GT."""
+
+    n_objects: int
+    n_predicates: int
+    mode: str
+    image_ids: frozenset
+
+
+def gt_info(benchmark):
+    gt = sgeval.read_gt(benchmark.gt, benchmark.gt_seg)
+    return GTInfo(len(gt.object_classes), len(gt.predicate_classes), "mask" if benchmark.gt_seg else "box",
+                  frozenset(image.image_id for image in gt.images))
+
+
+def display_name(name):
+    """A client's file name, for showing only: its last path part, printable, at most 80 characters."""
+    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ").strip()
+    return (name[:80] or "upload")
+
+
+def sniff_kind(head):
+    """zip or json from a file's first bytes; None for anything else."""
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return "zip"
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    return "json" if stripped[:1] == b"{" else None
+
+
+class _Receiver:
+    """The multipart parser's callbacks: text fields into memory (small), the file into a file."""
+
+    def __init__(self, incoming, max_bytes):
+        self.incoming, self.max_bytes = incoming, max_bytes
+        self.fields, self.problems, self.parts = {}, [], 0
+        self.path, self.file, self.file_name, self.size, self.head = None, None, "", 0, b""
+        self.digest = hashlib.sha256()
+        self._header_field, self._header_value, self._headers, self._name, self._buffer = b"", b"", {}, None, b""
+
+    def callbacks(self):
+        return {"on_part_begin": self.part_begin, "on_part_data": self.part_data, "on_part_end": self.part_end,
+                "on_header_field": self.header_field, "on_header_value": self.header_value,
+                "on_header_end": self.header_end, "on_headers_finished": self.headers_finished}
+
+    def part_begin(self):
+        self.parts += 1
+        if self.parts > MAX_PARTS:
+            raise UploadError(400, [f"the form has more than {MAX_PARTS} parts"])
+        self._headers, self._name, self._buffer = {}, None, b""
+
+    def header_field(self, data, start, end):
+        self._header_field += data[start:end]
+
+    def header_value(self, data, start, end):
+        self._header_value += data[start:end]
+
+    def header_end(self):
+        self._headers[self._header_field.lower()] = self._header_value
+        self._header_field, self._header_value = b"", b""
+
+    def headers_finished(self):
+        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        self._name = options.get(b"name", b"").decode("utf-8", "replace")
+        if self._name not in FIELDS:
+            raise UploadError(400, [f"unknown form field '{self._name[:40]}' (expected: {', '.join(FIELDS)})"])
+        if self._name == "file":
+            if self.file is not None:
+                raise UploadError(400, ["send one file"])
+            self.file_name = display_name(options.get(b"filename", b"").decode("utf-8", "replace"))
+            self.path = self.incoming / f"{secrets.token_hex(16)}.part"
+            self.file = open(self.path, "xb")
+
+    def part_data(self, data, start, end):
+        chunk = data[start:end]
+        if self._name != "file":
+            self._buffer += chunk
+            if len(self._buffer) > MAX_FIELD_BYTES:
+                raise UploadError(400, [f"the field '{self._name}' is longer than {MAX_FIELD_BYTES} bytes"])
+            return
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise UploadError(413, [f"the file is larger than the limit of {self.max_bytes >> 20} MiB"])
+        if len(self.head) < 64:
+            self.head += chunk[:64]
+        self.digest.update(chunk)
+        self.file.write(chunk)
+
+    def part_end(self):
+        if self._name != "file":
+            try:
+                self.fields[self._name] = self._buffer.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UploadError(400, [f"the field '{self._name}' is not UTF-8 text"]) from None
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+
+    def discard(self):
+        self.close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+async def receive(request, incoming, max_bytes):
+    """Stream a multipart/form-data request body to disk. Returns an Upload (path None when the
+    form had no file); raises UploadError (the partial file removed)."""
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    boundary = options.get(b"boundary")
+    if content_type != b"multipart/form-data" or not boundary:
+        raise UploadError(415, ["send the form as multipart/form-data"])
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_bytes + 64 * 1024:
+        raise UploadError(413, [f"the upload is larger than the limit of {max_bytes >> 20} MiB"])
+    receiver = _Receiver(incoming, max_bytes)
+    parser = MultipartParser(boundary, receiver.callbacks(), max_size=max_bytes + 64 * 1024)
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except UploadError:
+        receiver.discard()
+        raise
+    except Exception as error:  # the parser's own errors: a malformed body
+        receiver.discard()
+        raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"]) from None
+    receiver.close()
+    if receiver.path is None:
+        return Upload(receiver.fields, None, "", 0, "", "")
+    kind = sniff_kind(receiver.head)
+    if kind is None:
+        receiver.discard()
+        raise UploadError(400, [f"{receiver.file_name}: not a ZIP archive or a JSON file"])
+    return Upload(receiver.fields, receiver.path, receiver.file_name, receiver.size, receiver.digest.hexdigest(), kind)
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def scrub(text, replacements):
+    """Replace every private path in a message by what the submitter may see."""
+    for private, shown in sorted(replacements.items(), key=lambda item: -len(item[0])):
+        if private:
+            text = text.replace(private, shown)
+    return text
+
+
+def check_prediction(path, shown_name, info, hidden_paths=()):
+    """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT.
+    Returns (counts {predicted, missing, extra, missing_examples}, problems); the problems are
+    sgeval's messages with the server's paths replaced by shown_name."""
+    problems, ids = [], []
+    try:
+        source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
+        try:
+            ids = [record.image_id for record in records]
+        finally:
+            source.close()
+    except sgeval.SGEvalError as error:
+        problems += error.problems
+    except (OSError, MemoryError, RecursionError) as error:
+        problems.append(f"{path}: cannot be read ({type(error).__name__})")
+    replacements = {str(path): shown_name, **{hidden: "<hidden ground truth>" for hidden in hidden_paths},
+                    os.path.dirname(str(path)): "<upload>"}
+    problems = [scrub(problem, replacements) for problem in problems]
+    predicted = set(ids) & info.image_ids
+    missing = sorted(info.image_ids - predicted)
+    counts = {"predicted": len(predicted), "missing": len(missing), "extra": len(set(ids) - info.image_ids),
+              "missing_examples": missing[:10]}
+    return counts, problems
