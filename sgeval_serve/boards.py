@@ -41,7 +41,7 @@ def entry(row, user=None):
                 images=summary["images"] if summary else None,
                 own=bool(user and user["id"] == row["user_id"]))
     if not (user and (user["admin"] or item["own"])):
-        item["reason"] = item["reason"] if item["status"] != "failed" else ""
+        item["reason"] = ""  # a failure's messages are for the submitter
     return item
 
 

@@ -121,13 +121,13 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     if store.user_by_name(user_name) is None:
         store.add_user(user_name)
     user = store.user_by_name(user_name)
-    incoming = store.root / "incoming" / f"cli-{secrets.token_hex(8)}.part"
+    with open(path, "rb") as file:
+        kind = uploads.sniff_kind(file.read(64))
+    if kind is None:
+        raise click.ClickException(f"{path}: not a ZIP archive or a JSON file")
+    incoming = store.root / "incoming" / f"cli-{secrets.token_hex(8)}.{kind}"
     shutil.copyfile(path, incoming)
     try:
-        with open(incoming, "rb") as file:
-            kind = uploads.sniff_kind(file.read(64))
-        if kind is None:
-            raise click.ClickException(f"{path}: not a ZIP archive or a JSON file")
         counts, problems = uploads.check_prediction(incoming, path, uploads.gt_info(spec), spec.hidden_paths())
         if problems:
             for problem in problems:

@@ -154,8 +154,8 @@ def _evaluation(values, metrics, where, problems):
     return extra
 
 
-def _benchmark(slug, values, base, problems):
-    where = f"benchmarks.{slug}"
+def _benchmark(slug, values, base, source, problems):
+    where = f"{source}: benchmarks.{slug}"
     if not SLUG.fullmatch(str(slug)):
         problems.append(f"{where}: a benchmark's name must be lower-case letters, digits and '-' (URL-safe)")
     if not isinstance(values, dict):
@@ -205,7 +205,7 @@ def load_settings(path, **overrides):
     if not isinstance(benchmarks, dict) or not benchmarks:
         problems.append(f"{where}: 'benchmarks' must map at least one benchmark name to its settings")
         benchmarks = {}
-    parsed = {str(slug): _benchmark(slug, spec, base, problems) for slug, spec in benchmarks.items()}
+    parsed = {str(slug): _benchmark(slug, spec, base, where, problems) for slug, spec in benchmarks.items()}
     settings = Settings(
         title=_text(values, "title", "sgeval benchmarks", where, problems),
         state_dir=Path(_path(base, _text(values, "state_dir", "serve-state", where, problems) or "serve-state")),
@@ -216,7 +216,7 @@ def load_settings(path, **overrides):
         max_upload_bytes=_integer(values, "max_upload_mb", 512, 1, 1 << 20, where, problems) << 20,
         signup=bool(values.get("signup", False)), benchmarks=parsed, source=where)
     for benchmark in parsed.values():
-        if benchmark is None:
+        if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right
             continue
         try:
             benchmark.sgeval_config("prediction.zip")

@@ -165,13 +165,16 @@ async def receive(request, incoming, max_bytes):
         receiver.discard()
         raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"]) from None
     receiver.close()
-    if receiver.path is None:
+    if receiver.path is None or receiver.size == 0:  # a browser sends an empty part when no file was chosen
+        receiver.discard()
         return Upload(receiver.fields, None, "", 0, "", "")
     kind = sniff_kind(receiver.head)
     if kind is None:
         receiver.discard()
         raise UploadError(400, [f"{receiver.file_name}: not a ZIP archive or a JSON file"])
-    return Upload(receiver.fields, receiver.path, receiver.file_name, receiver.size, receiver.digest.hexdigest(), kind)
+    path = receiver.path.with_suffix(f".{kind}")  # sgeval's reader goes by the name's extension
+    os.replace(receiver.path, path)
+    return Upload(receiver.fields, path, receiver.file_name, receiver.size, receiver.digest.hexdigest(), kind)
 
 
 def file_sha256(path):
@@ -205,8 +208,8 @@ def check_prediction(path, shown_name, info, hidden_paths=()):
         problems += error.problems
     except (OSError, MemoryError, RecursionError) as error:
         problems.append(f"{path}: cannot be read ({type(error).__name__})")
-    replacements = {str(path): shown_name, **{hidden: "<hidden ground truth>" for hidden in hidden_paths},
-                    os.path.dirname(str(path)): "<upload>"}
+    replacements = {str(path): shown_name, os.path.basename(str(path)): shown_name, os.path.dirname(str(path)): "<upload>",
+                    **{hidden: "<hidden ground truth>" for hidden in hidden_paths}}
     problems = [scrub(problem, replacements) for problem in problems]
     predicted = set(ids) & info.image_ids
     missing = sorted(info.image_ids - predicted)
