@@ -3,13 +3,15 @@ worker processes, leaderboards, access rules, CSRF, and that the hidden GT never
 
 import json
 import re
+import subprocess
+import sys
 import time
 import zipfile
 
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import edit_zip, rewrite_json, sgeval
+from conftest import ROOT, edit_zip, rewrite_json, sgeval
 from sgeval_serve import boards, store as store_module
 from sgeval_serve.app import create_app
 from sgeval_serve.settings import load_settings
@@ -393,3 +395,29 @@ def test_entries_hide_failure_reasons_from_others():
            "approved": 0, "hidden": 0, "summary": None, "user_id": 7, "done_id": None}
     assert boards.entry(row, None)["reason"] == ""
     assert boards.entry(row, {"id": 7, "admin": 0})["reason"] == "secret"
+
+
+def test_the_admin_commands(demo, tmp_path):
+    settings = write_settings(tmp_path, demo)
+    config = str(tmp_path / "serve.yaml")
+
+    def serve(*args):
+        return subprocess.run([sys.executable, str(ROOT / "sgeval.py"), "serve", "--config", config, *map(str, args)],
+                              capture_output=True, text=True)
+
+    token = serve("token", "alice", "--admin")
+    assert token.returncode == 0 and token.stdout.startswith("sgv_")
+    taken = serve("token", "alice")
+    assert taken.returncode == 1 and "the name 'alice' is taken (use --renew for a new token)" in taken.stderr
+    queued = serve("submit", demo["A"], "--benchmark", "psg-demo", "--user", "lab", "--method", "Baseline", "--approve")
+    assert queued.stdout == "submission 1 queued (29 images predicted, 2 without prediction); a running server " \
+                            "evaluates it\n"
+    assert "already submitted by lab (submission 1)" in serve("submit", demo["A"], "--benchmark", "psg-demo", "--user",
+                                                              "lab", "--method", "B", "--if-new").stderr
+    assert serve("users").stdout.splitlines()[1].startswith("lab\tsubmitter\t")
+    store = store_module.Store(settings.state_dir)
+    assert store.submission(1)["approved"] == 1 and store.submission(1)["status"] == "queued"
+    assert serve("reevaluate", "1").stdout == "submission 1: evaluation 1 queued\n"  # the queued one already
+    missing = subprocess.run([sys.executable, "-m", "sgeval_serve", "--config", str(tmp_path / "none.yaml"), "users"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 1 and "none.yaml: cannot read the service config" in missing.stderr
