@@ -11,7 +11,7 @@
 #                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
 #   make test               run the test suite (with the service's browser tests in headless chromium)
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
-#                           the demo's two models once, then serves (configs/serve-demo.yaml; state in serve-state/)
+#                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
 #                           recipe) exists, first convert the raw model output it names into the config's
 #                           pred (if that is missing or stale, convert/README.md).
@@ -88,7 +88,7 @@ demo: demo-data
 figures: demo
 	$(PY) -m tools.make_figures
 
-SERVE := $(PY) -m sgeval_serve --config configs/serve-demo.yaml
+SERVE := $(PY) -m sgeval_serve --config configs/serve/demo.yaml
 serve: demo-data
 	$(SERVE) submit $(DEMO)/pred.zip --benchmark psg-demo --user sgeval-demo --method "Model A" --approve --if-new
 	$(SERVE) submit $(DEMO)/pred-b.zip --benchmark psg-demo --user sgeval-demo --method "Model B" --if-new

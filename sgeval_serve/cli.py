@@ -1,6 +1,6 @@
 """``sgeval serve``: start the service, and the admin's commands beside it.
 
-    sgeval serve --config configs/serve-demo.yaml                 # start (host, port, workers from the file)
+    sgeval serve --config configs/serve/demo.yaml                 # start (host, port, workers from the file)
     sgeval serve --config C token alice [--admin] [--renew]       # issue a token (printed once)
     sgeval serve --config C submit pred.zip --benchmark psg --user lab --method "Baseline" [--approve]
     sgeval serve --config C reevaluate --outdated                 # queue submissions evaluated by another sgeval
