@@ -497,8 +497,9 @@ def _check_indices(rows, name, limits, labels, where, problems):
         bad = np.flatnonzero((rows[:, column] < 0) | (rows[:, column] >= limit))
         if bad.size:
             row, more = int(bad[0]), f" (and {bad.size - 1} more)" if bad.size > 1 else ""
+            plural = "categories" if label == "category" else f"{label}s"
             problems.append(f"{where}: {name} {row} {rows[row].tolist()} is out of range: it refers to "
-                            f"{label} {int(rows[row, column])}, but only {limit} {label}s exist{more}")
+                            f"{label} {int(rows[row, column])}, but only {limit} {plural} exist{more}")
 
 
 class _Entry(typing.NamedTuple):

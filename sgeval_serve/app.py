@@ -92,6 +92,11 @@ def _authenticate(request):
             raise Problem(401, ["the API token is not valid (or was revoked)"])
     elif not _is_api(request) and request.cookies.get(SESSION_COOKIE):
         request.state.user = store.user_by_session(request.cookies[SESSION_COOKIE])
+    _read_csrf_cookie(request)
+
+
+def _read_csrf_cookie(request):
+    """The browser's CSRF cookie, or a new one (set by the response) when it has none."""
     cookie = request.cookies.get(CSRF_COOKIE, "")
     request.state.new_csrf_cookie = not re.fullmatch(r"[A-Za-z0-9_-]{32,64}", cookie)
     request.state.csrf_cookie = secrets.token_urlsafe(32) if request.state.new_csrf_cookie else cookie
@@ -433,9 +438,9 @@ async def revoke(request):
 
 
 async def problem_page(request, problem):
-    if not hasattr(request.state, "user"):
-        request.state.user, request.state.new_csrf_cookie = None, True
-        request.state.csrf_cookie = secrets.token_urlsafe(32)
+    if not hasattr(request.state, "user"):  # no route matched (a 404 such as /favicon.ico) or a crash before it
+        request.state.user = None
+        _read_csrf_cookie(request)  # keep the browser's cookie: a new one would void its open forms' tokens
     if _is_api(request):
         return JSONResponse({"error": problem.problems[0] if problem.problems else "error",
                              "problems": problem.problems, **problem.extra}, status_code=problem.status)

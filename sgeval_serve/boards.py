@@ -80,8 +80,9 @@ def benchmark_info(benchmark):
 
 
 def index(store, settings):
-    counts = {row["benchmark"]: row["n"] for row in store.all(
-        "SELECT benchmark, COUNT(*) AS n FROM submissions WHERE public = 1 AND hidden = 0 GROUP BY benchmark")}
+    counts = {row["benchmark"]: row["n"] for row in store.all(  # the entries the public boards show
+        "SELECT benchmark, COUNT(*) AS n FROM submissions WHERE public = 1 AND hidden = 0 AND EXISTS (SELECT 1 FROM "
+        "evaluations WHERE submission_id = submissions.id AND status = 'done') GROUP BY benchmark")}
     return {"title": settings.title, "sgeval_version": sgeval.__version__, "signup": settings.signup,
             "benchmarks": [benchmark_info(b) | {"public_submissions": counts.get(slug, 0)}
                            for slug, b in settings.benchmarks.items()]}

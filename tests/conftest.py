@@ -1,7 +1,8 @@
 """Shared test helpers (test modules import these, never each other): tiny datasets built on disk
 (gt_image, pred_image, write_case, run_case), two small valid cases that tests break or vary
 (format_case, perfect_case), editors of written files (rewrite_json, edit_gt, edit_zip, ...), TIFF
-bytes, and the error contract checks (problems_of, checked, matching, only, assert_cli_fails)."""
+bytes, the error contract checks (problems_of, checked, matching, only, assert_cli_fails), and the
+demo data made once per session (the demo_data fixture)."""
 
 import io
 import json
@@ -16,7 +17,7 @@ import tifffile
 from click.testing import CliRunner
 
 import sgeval
-from tools import synth
+from tools import make_demo, synth
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository root (configs/, sgeval.py, ...)
 
@@ -297,3 +298,12 @@ def confusion_cells(section):
     """A predicate_confusion section as {(GT predicate, predicted predicate or None): count}."""
     cells = {(gt, predicted): n for gt, row in section["counts"].items() for predicted, n in row.items()}
     return {**cells, **{(gt, None): n for gt, n in section["no_prediction"].items()}}
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory):
+    """The folder of the demo data as `python -m tools.make_demo --out DIR` writes it, made once per
+    session: psg.json, panoptic/, pred.zip ("Model A") and pred-b.zip ("Model B")."""
+    out = tmp_path_factory.mktemp("demo-data")
+    make_demo.make_demo(out)
+    return out
