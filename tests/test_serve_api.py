@@ -421,3 +421,8 @@ def test_the_admin_commands(demo, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "sgeval_serve", "--config", str(tmp_path / "none.yaml"), "users"],
                              capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 1 and "none.yaml: cannot read the service config" in missing.stderr
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "serve").glob("*.yaml")), ids=lambda p: p.name)
+def test_repository_service_configs_load(path):
+    assert load_settings(path).benchmarks
