@@ -1,9 +1,9 @@
 """The benchmark service (sgeval_serve) as a real server on loopback, with bench/serve_load.py's
 helpers: 20 concurrent uploads among 200 leaderboard reads (nothing lost, every evaluation done; the
 latencies printed with pytest -s, and written as JSON to the file SGEVAL_LOAD_REPORT names); a server
-stopped (SIGINT, SIGTERM) in the middle of an evaluation, its evaluation process gone with it,
-finishes the evaluation after its next start; an evaluation longer than job_timeout fails and the
-next one in the queue runs.
+killed (SIGKILL) or stopped (SIGINT, SIGTERM) in the middle of an evaluation, its evaluation process
+gone with it, finishes the evaluation after its next start; an evaluation longer than job_timeout
+fails and the next one in the queue runs.
 
 The slow evaluations are valid predictions that take long by their size (serve_load.slow_prediction:
 many overlapping masks per image). About a minute on 2 cores."""
@@ -91,6 +91,23 @@ def assert_done_once(server, owner, admin, submission_id, attempts):
     assert view["queue"] == {"queued": 0, "running": 0, "done": 1, "failed": 0}
     board = call(server.url, "GET", f"/api/b/{SLUG}").json()
     assert [entry["id"] for entry in board["entries"]] == [submission_id]
+
+
+def test_a_killed_server_finishes_the_interrupted_evaluation_after_its_restart(demo, tmp_path):
+    """SIGKILL to the server's process group as soon as the evaluation's process exists (it has
+    a session of its own: it must die with the server, not finish the evaluation unseen)."""
+    config, owner, admin = service(demo, tmp_path, workers=1)
+    slow = serve_load.slow_prediction(demo / "psg.json", tmp_path / "slow.zip", RESTART_MASKS)
+    state, log = tmp_path / "state", tmp_path / "server.log"
+    with Server(config, log) as server:
+        submission_id = submit(server, owner, slow, "Slow")
+        interrupt(server, owner, submission_id, state, Server.kill)
+    assert evaluations(state, submission_id) == [("running", 1)]  # the next start requeues it
+    first = Store(state).evaluation_dir(Store(state).evaluations_of(submission_id)[0]["id"], 1)
+    assert (first / "job.json").exists() and not (first / "results.json").exists()
+    with Server(config, log) as server:
+        assert_done_once(server, owner, admin, submission_id, attempts=2)
+        assert not (first / "results.json").exists()  # no process of the first server finished it
 
 
 def test_a_stopped_server_requeues_the_running_evaluation(demo, tmp_path):
