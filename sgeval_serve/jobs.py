@@ -138,6 +138,8 @@ class Dispatcher:
                                      start_new_session=True, cwd=folder, env=_child_environment())
             with self.lock:
                 self.children[evaluation_id] = child
+                if self.stopping.is_set():  # stop() came after this evaluation was claimed: it did not see the child
+                    _kill(child)
             try:
                 code = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -3,7 +3,8 @@ helpers: 20 concurrent uploads among 200 leaderboard reads (nothing lost, every 
 latencies printed with pytest -s, and written as JSON to the file SGEVAL_LOAD_REPORT names); a server
 killed (SIGKILL) or stopped (SIGINT, SIGTERM) in the middle of an evaluation, its evaluation process
 gone with it, finishes the evaluation after its next start; an evaluation longer than job_timeout
-fails and the next one in the queue runs.
+fails and the next one in the queue runs; a stop that comes between a worker's claim and its
+evaluation process kills that process (jobs.Dispatcher in this process).
 
 The slow evaluations are valid predictions that take long by their size (serve_load.slow_prediction:
 many overlapping masks per image). About a minute on 2 cores."""
@@ -17,6 +18,8 @@ import pytest
 
 from bench import serve_load
 from bench.serve_load import SLUG, Server, call, evaluation_processes, until, upload
+from sgeval_serve import jobs
+from sgeval_serve.settings import load_settings
 from sgeval_serve.store import Store
 
 RESTART_MASKS = 800  # masks per image of the evaluation a restart interrupts: about 3.5 s on one core
@@ -144,4 +147,19 @@ def test_an_evaluation_over_the_time_limit_fails_and_the_next_one_runs(demo, tmp
         assert evaluation_processes(state) == []
         board = call(server.url, "GET", f"/api/b/{SLUG}").json()
         assert [entry["id"] for entry in board["entries"]] == [fast_id]
+
+
+def test_a_stop_between_a_claim_and_its_process_kills_the_process(demo, tmp_path):
+    """Dispatcher.stop() kills the evaluation processes it knows of; a worker that claimed an
+    evaluation before the stop starts its process after it: that process is killed at once and
+    the evaluation requeued (it ran to its end while the stop waited for the thread)."""
+    config = serve_load.write_config(tmp_path / "serve.yaml", demo, tmp_path / "state", workers=1)
+    serve_load.cli(config, "submit", demo / "pred.zip", "--benchmark", SLUG, "--user", "owner", "--method", "Model A")
+    store = Store(tmp_path / "state")
+    dispatcher = jobs.Dispatcher(store, load_settings(config))
+    evaluation_id, submission_id, attempt = store.claim()
+    dispatcher.stopping.set()  # what stop() does first; it finds no process to kill
+    dispatcher.run(evaluation_id, submission_id, attempt)
+    assert evaluations(tmp_path / "state", submission_id) == [("queued", 1)]
+    assert not (store.evaluation_dir(evaluation_id, attempt) / "results.json").exists()
 
