@@ -21,6 +21,9 @@
 #                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
+#   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
+#                           50 uploads and 1,000 leaderboard reads from 32 threads at once (UPLOADS=50 READS=1000
+#                           RUNS=3): p50/p95/max latencies and the time until the queue drained (bench/serve_load.py)
 #   make fuzz               a campaign of generated bad inputs against every reader (FUZZ_S=600 seconds; fuzz/)
 #   make check-openpsg OPENPSG=<path>
 #                           run OpenPSG's own evaluation code (from an OpenPSG git checkout or mirror, pinned commit)
@@ -40,7 +43,7 @@ STAMP := $(VENV)/.installed
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert bench-serve fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP) browser
 
@@ -133,6 +136,12 @@ bench: $(STAMP)
 GB ?= 1,30
 bench-convert: $(STAMP)
 	$(PY) -m bench.convert_bench --gb $(GB)
+
+# The benchmark service under load (bench/serve_load.py): a fresh server and state folder per run, RUNS runs.
+UPLOADS ?= 50
+READS ?= 1000
+bench-serve: $(STAMP)
+	$(PY) -m bench.serve_load --uploads $(UPLOADS) --reads $(READS) --runs $(RUNS)
 
 # OpenPSG's own evaluator as the oracle of the openpsg protocol (tools/openpsg_check/): its own venv, mmdet's
 # and OpenPSG's sources in tools/openpsg_check/build/; regenerates the fixtures of tests/test_openpsg_oracle.py.

@@ -26,6 +26,7 @@ from . import uploads
 log = logging.getLogger("sgeval.serve")
 
 EXIT_BAD_INPUT = 2  # the child's exit code when sgeval refused the input (problems.json written)
+EXIT_ORPHAN = 3  # the child's exit code when the server died before it started evaluating
 AUDIT_SHOWN = ("duplicate_instances", "duplicate_relations_after_merge")
 
 
@@ -105,7 +106,8 @@ class Dispatcher:
         pred = self.store.submission_file(submission_id, submission["file_kind"])
         config = benchmark.sgeval_config(pred)
         job = {"config": {key: getattr(config, key) for key in config.__dataclass_fields__},
-               "plot_metric": benchmark.per_predicate_metric, "label": submission["method"]}
+               "plot_metric": benchmark.per_predicate_metric, "label": submission["method"],
+               "server_pid": os.getpid()}
         (folder / "job.json").write_text(json.dumps(job))
         outcome, reason = self._child(evaluation_id, folder)
         if self.stopping.is_set() and outcome == "killed":
@@ -136,6 +138,8 @@ class Dispatcher:
                                      start_new_session=True, cwd=folder, env=_child_environment())
             with self.lock:
                 self.children[evaluation_id] = child
+                if self.stopping.is_set():  # stop() came after this evaluation was claimed: it did not see the child
+                    _kill(child)
             try:
                 code = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -170,7 +174,8 @@ def _kill(child):
 
 
 def _die_with_parent():
-    """Linux: the child is killed when the server dies, so an interrupted job is never finished twice."""
+    """Linux: the child is killed when the server dies, so an interrupted job is never finished twice
+    (run_job then checks that the server did not die before this call)."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -189,6 +194,9 @@ def run_job(job_path):
     _die_with_parent()
     folder = Path(job_path).parent
     job = json.loads(Path(job_path).read_text())
+    if job.get("server_pid") not in (None, os.getppid()):  # the server died while this process started
+        print(f"the server (process {job['server_pid']}) is gone: not evaluating", file=sys.stderr)
+        return EXIT_ORPHAN
     config = sgeval.make_config(job["config"])
     started = time.perf_counter()
     try:

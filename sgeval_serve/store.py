@@ -6,8 +6,9 @@
     state_dir/submissions/<id>/        the accepted file (prediction.zip or prediction.json)
     state_dir/evaluations/<id>/<attempt>/  an evaluation's results.json and figure
 
-File names come from ids and random strings, never from what a client sends. Every write is one
-transaction, so a killed server leaves the database as it was before or after it.
+File names come from ids and random strings, never from what a client sends; an id is never
+given again (AUTOINCREMENT), so a deleted submission's folders and URL never name another. Every
+write is one transaction, so a killed server leaves the database as it was before or after it.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ CREATE TABLE IF NOT EXISTS sessions (
     key_hash TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
     created TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS submissions (
-    id INTEGER PRIMARY KEY, benchmark TEXT NOT NULL, user_id INTEGER NOT NULL REFERENCES users(id),
+    id INTEGER PRIMARY KEY AUTOINCREMENT, benchmark TEXT NOT NULL, user_id INTEGER NOT NULL REFERENCES users(id),
     method TEXT NOT NULL, paper_url TEXT NOT NULL, code_url TEXT NOT NULL, public INTEGER NOT NULL,
     approved INTEGER NOT NULL DEFAULT 0, hidden INTEGER NOT NULL DEFAULT 0, created TEXT NOT NULL,
     file_name TEXT NOT NULL, file_kind TEXT NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL,
     images_predicted INTEGER NOT NULL, images_missing INTEGER NOT NULL, images_extra INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS submissions_by_user ON submissions (user_id, benchmark, created);
 CREATE TABLE IF NOT EXISTS evaluations (
-    id INTEGER PRIMARY KEY, submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
+    id INTEGER PRIMARY KEY AUTOINCREMENT, submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
     status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', queued TEXT NOT NULL, started TEXT,
     finished TEXT, attempts INTEGER NOT NULL DEFAULT 0, sgeval_version TEXT, config TEXT, sha256 TEXT,
     summary TEXT, results_dir TEXT);

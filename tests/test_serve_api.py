@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 import zipfile
 
 import pytest
@@ -368,6 +369,28 @@ def test_an_interrupted_evaluation_is_run_again(tmp_path):
         assert store.claim() is None
         assert store.requeue_interrupted() == (attempt < store_module.MAX_ATTEMPTS)
     assert store.submission(1)["status"] == "failed" and "interrupted 3 times" in store.submission(1)["reason"]
+
+
+def test_the_ids_of_a_deleted_submission_are_not_given_again(tmp_path):
+    """The newest submission deleted, the next one gets new submission and evaluation ids, so the
+    deleted one's folders (removed after the deletion's transaction, when the next upload may be
+    stored already) and its URL never name another."""
+    store = store_module.Store(tmp_path)
+    user = store.user_by_token(store.add_user("u"))
+
+    def add(sha256):
+        path = tmp_path / "incoming" / f"{sha256}.part"
+        path.write_text("{}")
+        fields = {"user_id": user["id"], "method": "m", "paper_url": "", "code_url": "", "public": 1,
+                  "file_name": "f.json", "file_kind": "json", "size": 2, "sha256": sha256, "images_predicted": 1,
+                  "images_missing": 0, "images_extra": 0}
+        submission_id = store.add_submission(fields, path, types.SimpleNamespace(slug="b"), quota=False)
+        return submission_id, store.submission(submission_id)["evaluation_id"]
+
+    first = add("a")
+    assert store.delete_submission(first[0]) == 1
+    second = add("b")
+    assert second[0] != first[0] and second[1] != first[1]
 
 
 def test_service_config_problems_are_listed(tmp_path):
