@@ -264,8 +264,8 @@ def run_load(base, uploads, reads, threads, admin_token, drain_timeout):
     """uploads: [(token, path)] sent with reads leaderboard reads from threads threads, then the
     admin's view polled until every evaluation has ended (or drain_timeout seconds). Returns
     {"uploads": [Reply], "reads": [(kind, Reply)], "load_s", "drain_s" (None: not drained),
-    "submissions": the admin's view's list, "board": the public leaderboard}, the last two as
-    they are at the end."""
+    "load_average": the machine's over the last minute, "submissions": the admin's view's list,
+    "board": the public leaderboard}, the last three as they are at the end."""
     tasks = [("upload", index) for index in range(len(uploads))] + \
             [("html" if index % 2 else "json", index) for index in range(reads)]
     random.Random(0).shuffle(tasks)
@@ -293,7 +293,8 @@ def run_load(base, uploads, reads, threads, admin_token, drain_timeout):
         time.sleep(0.2)
     return {"uploads": [reply for kind, reply in done if kind == "upload"],
             "reads": [(kind, reply) for kind, reply in done if kind != "upload"], "load_s": load_s,
-            "drain_s": drain_s, "submissions": call(base, "GET", "/api/admin", admin_token).json()["submissions"],
+            "drain_s": drain_s, "load_average": os.getloadavg()[0],
+            "submissions": call(base, "GET", "/api/admin", admin_token).json()["submissions"],
             "board": call(base, "GET", f"/api/b/{SLUG}").json()}
 
 
@@ -334,13 +335,16 @@ def percentiles(seconds):
 
 
 def figures(load):
-    """The run's latencies (ms) per kind of request, and its load and drain times (s)."""
+    """The run's latencies (ms) per kind of request, its load and drain times (s), and the load
+    average at its end (this run keeps it near 2-3; much more: other work on the machine)."""
     reads = load["reads"]
     return {"uploads_ms": percentiles([reply.seconds for reply in load["uploads"]]),
             "reads_ms": percentiles([reply.seconds for _, reply in reads]),
             "reads_html_ms": percentiles([reply.seconds for kind, reply in reads if kind == "html"]),
             "reads_json_ms": percentiles([reply.seconds for kind, reply in reads if kind == "json"]),
-            "load_s": round(load["load_s"], 2), "drain_s": None if load["drain_s"] is None else round(load["drain_s"], 2)}
+            "load_s": round(load["load_s"], 2),
+            "drain_s": None if load["drain_s"] is None else round(load["drain_s"], 2),
+            "load_average": round(load["load_average"], 2)}
 
 
 def measure(data, folder, uploads=20, reads=200, threads=32, workers=2, drain_timeout=600):
@@ -363,9 +367,10 @@ def table(runs):
                        ("reads_json_ms", "  JSON")):
         cells = [statistics.median(run[key][q] for run in runs) for q in ("p50", "p95", "max")]
         lines.append(f"{label:16}" + "".join(f"{cell:>10.1f}" for cell in cells) + f"{runs[0][key]['n']:>7}")
-    for key, label in (("load_s", "requests sent in"), ("drain_s", "queue drained at")):
+    for key, label, unit in (("load_s", "requests sent in", " s"), ("drain_s", "queue drained at", " s"),
+                             ("load_average", "load average", "")):
         values = [run[key] for run in runs if run[key] is not None]
-        lines.append(f"{label:16}{statistics.median(values):>10.1f} s" if values else f"{label:16}   (never)")
+        lines.append(f"{label:16}{statistics.median(values):>10.1f}{unit}" if values else f"{label:16}   (never)")
     return "\n".join(lines)
 
 
@@ -390,7 +395,8 @@ def main(argv=None):
             _, numbers, found = measure(data, folder, args.uploads, args.reads, args.threads, args.workers)
             runs.append(numbers)
             print(f"run {run + 1}: uploads p50 {numbers['uploads_ms']['p50']} ms, reads p50 "
-                  f"{numbers['reads_ms']['p50']} ms, drained at {numbers['drain_s']} s", flush=True)
+                  f"{numbers['reads_ms']['p50']} ms, drained at {numbers['drain_s']} s, load average "
+                  f"{numbers['load_average']}", flush=True)
             for problem in found:
                 print(f"  PROBLEM: {problem}", flush=True)
             failed |= bool(found)
