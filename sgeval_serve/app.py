@@ -268,7 +268,7 @@ async def _accept(request, benchmark):
     try:
         upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
     except uploads.UploadError as error:
-        raise Problem(error.status, error.problems) from None
+        raise Problem(error.status, error.problems, fields=_shown_fields(error.fields)) from None
     try:
         return await _queue(request, benchmark, user, upload)
     finally:
@@ -276,9 +276,13 @@ async def _accept(request, benchmark):
             upload.path.unlink(missing_ok=True)  # gone already when it was queued
 
 
+def _shown_fields(fields):
+    """The text fields a refused form shows again."""
+    return {key: fields.get(key, "") for key in ("method", "paper_url", "code_url", "public")}
+
+
 async def _queue(request, benchmark, user, upload):
-    state, shown = request.app.state, {key: upload.fields.get(key, "") for key in ("method", "paper_url", "code_url",
-                                                                                  "public")}
+    state, shown = request.app.state, _shown_fields(upload.fields)
     _check_csrf(request, upload.fields.get("csrf"))
     try:
         method, paper, code, public = submission_fields(upload.fields)

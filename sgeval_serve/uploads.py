@@ -23,9 +23,9 @@ MAX_PARTS = 16
 class UploadError(Exception):
     """A refused upload: the HTTP status and one line per problem."""
 
-    def __init__(self, status, problems):
+    def __init__(self, status, problems, fields=None):
         super().__init__("\n".join(problems))
-        self.status, self.problems = status, list(problems)
+        self.status, self.problems, self.fields = status, list(problems), fields or {}
 
 
 class Upload(typing.NamedTuple):
@@ -171,7 +171,7 @@ async def receive(request, incoming, max_bytes):
     kind = sniff_kind(receiver.head)
     if kind is None:
         receiver.discard()
-        raise UploadError(400, [f"{receiver.file_name}: not a ZIP archive or a JSON file"])
+        raise UploadError(400, [f"{receiver.file_name}: not a ZIP archive or a JSON file"], receiver.fields)
     path = receiver.path.with_suffix(f".{kind}")  # sgeval's reader goes by the name's extension
     os.replace(receiver.path, path)
     return Upload(receiver.fields, path, receiver.file_name, receiver.size, receiver.digest.hexdigest(), kind)

@@ -434,6 +434,7 @@ def test_wrong_format_and_missing_csrf(server, browser, shots, model_a):
     assert response_status(browser) == 400
     assert [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#problems li")] == \
         ["notes.txt: not a ZIP archive or a JSON file"]
+    assert browser.find_element(By.ID, "method").get_attribute("value") == "Notes"  # the form is kept
     shoot(browser, shots, "wrong-format.png")
 
     # the submit form with its CSRF field removed: refused before the file is read
