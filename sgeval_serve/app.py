@@ -260,11 +260,10 @@ async def submit(request):
 
 async def _accept(request, benchmark):
     state, user = request.app.state, _need_user(request)
-    with state.store.connect() as db:
-        day, total = state.store.quota_used(db, user["id"], benchmark.slug)
-    if day >= benchmark.quota_per_day or total >= benchmark.quota_total:
-        raise Problem(429, [f"quota reached: {day} of {benchmark.quota_per_day} submissions today (UTC), {total} of "
-                            f"{benchmark.quota_total} in total"])
+    try:  # before the body is read; add_submission checks again in the transaction that queues
+        await run_in_threadpool(state.store.check_quota, user["id"], benchmark)
+    except QuotaExceeded as error:
+        raise Problem(429, [str(error)]) from None
     try:
         upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
     except uploads.UploadError as error:

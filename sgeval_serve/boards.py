@@ -159,14 +159,9 @@ def plot_path(store, submission_id, user):
 def mine(store, settings, user):
     return {"user": {"name": user["name"], "admin": bool(user["admin"]), "created": user["created"]},
             "submissions": [entry(row, user) for row in store.submissions("submissions.user_id = ?", user["id"])],
-            "quota": {slug: dict(zip(("today", "total"), _used(store, user["id"], slug)),
+            "quota": {slug: dict(zip(("today", "total"), store.quota_used(user["id"], slug)),
                                  per_day=b.quota_per_day, limit=b.quota_total)
                       for slug, b in settings.benchmarks.items()}}
-
-
-def _used(store, user_id, slug):
-    with store.connect() as db:
-        return store.quota_used(db, user_id, slug)
 
 
 def admin(store, settings):

@@ -178,22 +178,30 @@ class Store:
 
     # submissions ----------------------------------------------------------------------------
 
-    def quota_used(self, db, user_id, benchmark):
-        """(submissions today (UTC), submissions in total) of a user on a benchmark."""
+    def quota_used(self, user_id, benchmark, db=None):
+        """(submissions today (UTC), submissions in total) of a user on a benchmark (its slug)."""
+        if db is None:
+            with self.connect() as db:
+                return self.quota_used(user_id, benchmark, db)
         today = now()[:10]
         row = db.execute("SELECT COUNT(*), COALESCE(SUM(substr(created, 1, 10) = ?), 0) FROM submissions "
                          "WHERE user_id = ? AND benchmark = ?", (today, user_id, benchmark)).fetchone()
         return row[1], row[0]
+
+    def check_quota(self, user_id, benchmark, db=None):
+        """Raises QuotaExceeded when the user has no submission left on the benchmark."""
+        day, total = self.quota_used(user_id, benchmark.slug, db)
+        if day >= benchmark.quota_per_day or total >= benchmark.quota_total:
+            raise QuotaExceeded(f"quota reached: {day} of {benchmark.quota_per_day} submissions today (UTC), "
+                                f"{total} of {benchmark.quota_total} in total on {benchmark.slug}")
 
     def add_submission(self, fields, upload_path, benchmark, quota=True):
         """Queue a validated upload: checks the quota (unless quota is False: an admin's command)
         and duplicates and moves the file in, in one transaction. Returns the submission id;
         raises QuotaExceeded or Duplicate."""
         with self.transaction() as db:
-            day, total = self.quota_used(db, fields["user_id"], benchmark.slug)
-            if quota and (day >= benchmark.quota_per_day or total >= benchmark.quota_total):
-                raise QuotaExceeded(f"quota reached: {day} of {benchmark.quota_per_day} submissions today (UTC), "
-                                    f"{total} of {benchmark.quota_total} in total on {benchmark.slug}")
+            if quota:
+                self.check_quota(fields["user_id"], benchmark, db)
             same = db.execute("SELECT id FROM submissions WHERE user_id = ? AND benchmark = ? AND sha256 = ?",
                               (fields["user_id"], benchmark.slug, fields["sha256"])).fetchone()
             if same:
