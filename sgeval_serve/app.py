@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -357,8 +356,12 @@ async def login(request):
     user = await run_in_threadpool(store.user_by_token, fields.get("token", "").strip())
     if user is None:
         return _page(request, "login.html", {"problems": ["that token is not valid (or was revoked)"]}, status=401)
-    response = RedirectResponse("/me", status_code=303)
-    key = await run_in_threadpool(store.new_session, user["id"])
+    return await _start_session(request, RedirectResponse("/me", status_code=303), user)
+
+
+async def _start_session(request, response, user):
+    """Log the browser in: a new session, its key in an HttpOnly cookie on response."""
+    key = await run_in_threadpool(request.app.state.store.new_session, user["id"])
     response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="lax", secure=request.url.scheme == "https",
                         max_age=30 * 86400)
     return response
@@ -402,11 +405,7 @@ async def signup(request):
         return _page(request, "signup.html", {"problems": problem.problems}, status=problem.status)
     user = store.user_by_token(token)
     response = _page(request, "token.html", {"name": user["name"], "token": token, "admin": False}, status=201)
-    if not _is_api(request):
-        key = await run_in_threadpool(store.new_session, user["id"])
-        response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="lax", secure=request.url.scheme == "https",
-                            max_age=30 * 86400)
-    return response
+    return response if _is_api(request) else await _start_session(request, response, user)
 
 
 async def issue_token(request):
