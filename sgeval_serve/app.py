@@ -290,19 +290,10 @@ async def _queue(request, benchmark, user, upload):
         raise Problem(400, ["file: choose a prediction file (.zip or .json)"], fields=shown)
     async with state.validation_slots:
         counts, problems = await run_in_threadpool(uploads.check_prediction, upload.path, upload.file_name,
-                                                   state.gt_info[benchmark.slug], benchmark.hidden_paths())
-    if not problems and counts["predicted"] == 0:
-        problems = [f"{upload.file_name}: predicts none of the benchmark's {len(state.gt_info[benchmark.slug].image_ids)}"
-                    " test images (is it for another split?)"]
-    if not problems and counts["missing"] and benchmark.missing_images == "refuse":
-        problems = [f"{upload.file_name}: {counts['missing']} of the benchmark's test images have no prediction "
-                    f"(this benchmark needs every image), for example {', '.join(counts['missing_examples'][:5])}"]
+                                                   state.gt_info[benchmark.slug], benchmark)
     if problems:
         raise Problem(422, problems, fields=shown, images=counts)
-    fields = {"user_id": user["id"], "method": method, "paper_url": paper, "code_url": code, "public": int(public),
-              "file_name": upload.file_name, "file_kind": upload.kind, "size": upload.size, "sha256": upload.sha256,
-              "images_predicted": counts["predicted"], "images_missing": counts["missing"],
-              "images_extra": counts["extra"]}
+    fields = uploads.submission_row(user["id"], method, paper, code, public, upload, counts)
     try:
         submission_id = await run_in_threadpool(state.store.add_submission, fields, upload.path, benchmark)
     except QuotaExceeded as error:

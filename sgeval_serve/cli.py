@@ -128,16 +128,14 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     incoming = store.root / "incoming" / f"cli-{secrets.token_hex(8)}.{kind}"
     shutil.copyfile(path, incoming)
     try:
-        counts, problems = uploads.check_prediction(incoming, path, uploads.gt_info(spec), spec.hidden_paths())
+        counts, problems = uploads.check_prediction(incoming, path, uploads.gt_info(spec), spec)
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)
             sys.exit(1)
-        fields = {"user_id": user["id"], "method": method, "paper_url": paper_url, "code_url": code_url,
-                  "public": int(not private), "file_name": uploads.display_name(path), "file_kind": kind,
-                  "size": incoming.stat().st_size, "sha256": uploads.file_sha256(incoming),
-                  "images_predicted": counts["predicted"], "images_missing": counts["missing"],
-                  "images_extra": counts["extra"]}
+        upload = uploads.Upload({}, incoming, uploads.display_name(path), incoming.stat().st_size,
+                                uploads.file_sha256(incoming), kind)
+        fields = uploads.submission_row(user["id"], method, paper_url, code_url, not private, upload, counts)
         try:
             submission_id = store.add_submission(fields, incoming, spec, quota=False)
         except Duplicate as duplicate:

@@ -123,9 +123,8 @@ class Dispatcher:
             return
         if outcome == "bad_input":
             problems = json.loads((folder / "problems.json").read_text())
-            replacements = {str(pred): submission["file_name"], str(self.store.root): "<server>",
-                            **{path: "<hidden ground truth>" for path in benchmark.hidden_paths()}}
-            reason = "\n".join(uploads.scrub(problem, replacements) for problem in problems)
+            reason = "\n".join(uploads.scrub_problems(problems, pred, submission["file_name"], benchmark.hidden_paths(),
+                                                      {str(self.store.root): "<server>"}))
         self.store.finish(evaluation_id, "failed", reason)
         log.info("evaluation %d of submission %d failed: %s", evaluation_id, submission_id, reason.splitlines()[0])
 

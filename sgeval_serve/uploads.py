@@ -193,10 +193,20 @@ def scrub(text, replacements):
     return text
 
 
-def check_prediction(path, shown_name, info, hidden_paths=()):
-    """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT.
-    Returns (counts {predicted, missing, extra, missing_examples}, problems); the problems are
-    sgeval's messages with the server's paths replaced by shown_name."""
+def scrub_problems(problems, path, shown_name, hidden_paths, folders):
+    """sgeval's problem lines as a submitter may see them: the server's copy of their file (its
+    path or base name) named shown_name, the hidden GT's paths and each folder in folders (path ->
+    label) replaced."""
+    replacements = {**folders, str(path): shown_name, os.path.basename(str(path)): shown_name,
+                    **{hidden: "<hidden ground truth>" for hidden in hidden_paths}}
+    return [scrub(problem, replacements) for problem in problems]
+
+
+def check_prediction(path, shown_name, info, benchmark):
+    """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT,
+    and apply the benchmark's rules (some test image predicted; every one if missing_images is
+    refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems); the
+    problems are sgeval's messages with the server's paths replaced by shown_name."""
     problems, ids = [], []
     try:
         source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
@@ -208,11 +218,24 @@ def check_prediction(path, shown_name, info, hidden_paths=()):
         problems += error.problems
     except (OSError, MemoryError, RecursionError) as error:
         problems.append(f"{path}: cannot be read ({type(error).__name__})")
-    replacements = {str(path): shown_name, os.path.basename(str(path)): shown_name, os.path.dirname(str(path)): "<upload>",
-                    **{hidden: "<hidden ground truth>" for hidden in hidden_paths}}
-    problems = [scrub(problem, replacements) for problem in problems]
+    problems = scrub_problems(problems, path, shown_name, benchmark.hidden_paths(),
+                              {os.path.dirname(str(path)): "<upload>"})
     predicted = set(ids) & info.image_ids
     missing = sorted(info.image_ids - predicted)
     counts = {"predicted": len(predicted), "missing": len(missing), "extra": len(set(ids) - info.image_ids),
               "missing_examples": missing[:10]}
+    if not problems and not predicted:
+        problems = [f"{shown_name}: predicts none of the benchmark's {len(info.image_ids)} test images "
+                    "(is it for another split?)"]
+    if not problems and missing and benchmark.missing_images == "refuse":
+        problems = [f"{shown_name}: {len(missing)} of the benchmark's test images have no prediction "
+                    f"(this benchmark needs every image), for example {', '.join(missing[:5])}"]
     return counts, problems
+
+
+def submission_row(user_id, method, paper_url, code_url, public, upload, counts):
+    """The submissions table's fields of a checked upload."""
+    return {"user_id": user_id, "method": method, "paper_url": paper_url, "code_url": code_url, "public": int(public),
+            "file_name": upload.file_name, "file_kind": upload.kind, "size": upload.size, "sha256": upload.sha256,
+            "images_predicted": counts["predicted"], "images_missing": counts["missing"],
+            "images_extra": counts["extra"]}
