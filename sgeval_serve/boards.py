@@ -12,7 +12,6 @@ import sgeval
 
 BOARDS = ("public", "approved")
 LOWER_IS_BETTER = ("PRank",)
-AUDIT_LABELS = {"duplicate_instances": "duplicate instances", "duplicate_relations_after_merge": "duplicate relations"}
 
 
 class NotVisible(LookupError):
@@ -45,10 +44,15 @@ def entry(row, user=None):
     return item
 
 
+def sections(results):
+    """Each protocol's part of a results file (sgeval writes by_protocol only for two or more)."""
+    return results.get("by_protocol") or {results["config"]["protocol"]: results}
+
+
 def columns(benchmark):
-    """The sortable columns: (key, protocol, metric), headline protocol first."""
-    return [(f"{protocol}:{metric}", protocol, metric) for protocol in benchmark.protocols
-            for metric in benchmark.metrics]
+    """The sortable columns, headline protocol first: {key, protocol, metric}."""
+    return [{"key": f"{protocol}:{metric}", "protocol": protocol, "metric": metric}
+            for protocol in benchmark.protocols for metric in benchmark.metrics]
 
 
 def _sort_value(item, protocol, metric):
@@ -59,7 +63,7 @@ def _sort_value(item, protocol, metric):
 def sort_entries(items, benchmark, sort=None, order=None):
     """Sort by one column (default: the headline protocol's first metric); missing values last,
     ties by submission date. Returns (items, sort, order)."""
-    keys = {key: (protocol, metric) for key, protocol, metric in columns(benchmark)}
+    keys = {column["key"]: (column["protocol"], column["metric"]) for column in columns(benchmark)}
     sort = sort if sort in keys else f"{benchmark.headline}:{benchmark.order_by}"
     protocol, metric = keys[sort]
     if order not in ("asc", "desc"):
@@ -100,8 +104,7 @@ def leaderboard(store, benchmark, board, user, sort=None, order=None):
     for rank, item in enumerate(items, 1):
         item["rank"] = rank
     return {"benchmark": benchmark_info(benchmark), "board": board, "sort": sort, "order": order,
-            "columns": [{"key": key, "protocol": protocol, "metric": metric} for key, protocol, metric in
-                        columns(benchmark)], "entries": items, "sgeval_version": sgeval.__version__}
+            "columns": columns(benchmark), "entries": items, "sgeval_version": sgeval.__version__}
 
 
 @functools.lru_cache(maxsize=64)
@@ -113,7 +116,7 @@ def _results(path):
 def per_predicate(results, benchmark):
     """Rows of (predicate, GT count, value of per_predicate_metric per protocol), by GT count."""
     key = benchmark.per_predicate_metric
-    by_protocol = results.get("by_protocol") or {results["config"]["protocol"]: results}
+    by_protocol = sections(results)
     counts = results.get("gt_relations_per_predicate") or {}
     tables = {p: ((by_protocol.get(p) or {}).get("per_predicate") or {}).get(key) or {} for p in benchmark.protocols}
     names = sorted(counts, key=lambda name: (-counts[name], name))
@@ -131,8 +134,7 @@ def submission(store, settings, submission_id, user):
     if benchmark is None:
         raise NotVisible(submission_id)
     data = {"entry": entry(row, user), "benchmark": benchmark_info(benchmark),
-            "columns": [{"key": key, "protocol": protocol, "metric": metric}
-                        for key, protocol, metric in columns(benchmark)],
+            "columns": columns(benchmark),
             "config": json.loads(row["config"]) if row["config"] else None, "per_predicate": None,
             "plot": False, "evaluation_seconds": None}
     if user and (user["admin"] or user["id"] == row["user_id"]):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import sgeval
 
-from . import uploads
+from . import boards, uploads
 
 log = logging.getLogger("sgeval.serve")
 
@@ -33,7 +33,7 @@ AUDIT_SHOWN = ("duplicate_instances", "duplicate_relations_after_merge")
 def summary(results, benchmark):
     """What the leaderboard shows of one evaluation: the shown metrics per protocol, the audit per
     image and the image counts."""
-    by_protocol = results.get("by_protocol") or {results["config"]["protocol"]: results}
+    by_protocol = boards.sections(results)
     metrics = {protocol: {key: (by_protocol.get(protocol) or {}).get("metrics", {}).get(key)
                           for key in benchmark.metrics} for protocol in benchmark.protocols}
     audit = (results.get("protocol_audit") or {}).get("per_image_mean") or {}
@@ -216,9 +216,8 @@ def draw_per_predicate(results, key, stem):
         import sgeval_report
     except ImportError:  # matplotlib missing: the page shows the table only
         return
-    by_protocol = results.get("by_protocol") or {results["config"]["protocol"]: results}
     runs = [sgeval_report.Run(protocol, "", {**results, "per_predicate": section.get("per_predicate") or {}})
-            for protocol, section in by_protocol.items()]
+            for protocol, section in boards.sections(results).items()]
     sgeval_plots.per_predicate_recall(runs, stem, ("png",), key=key)
 
 
