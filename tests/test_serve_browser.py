@@ -12,17 +12,12 @@ module fails, or is skipped with SGEVAL_NO_BROWSER=1."""
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 
 import pytest
-from conftest import ROOT
+from bench import serve_load
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
@@ -74,17 +69,6 @@ def chromium():
                     "(make setup installs them; SGEVAL_NO_BROWSER=1 skips these tests)", pytrace=False)
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _serve(config, *args):
-    """python -m sgeval_serve --config config ARGS, from the checkout."""
-    return [sys.executable, "-m", "sgeval_serve", "--config", str(config), *map(str, args)]
-
-
 @pytest.fixture(scope="module")
 def server(chromium, demo_data, tmp_path_factory):
     """The real server on a free port with a fresh state folder; Model B queued beforehand by the
@@ -92,41 +76,12 @@ def server(chromium, demo_data, tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
     config = folder / "serve.yaml"
     config.write_text(CONFIG.format(state=folder / "state", slug=SLUG, data=demo_data))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-    def command(*args):
-        result = subprocess.run(_serve(config, *args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        return result.stdout.strip()
-
-    admin_token = command("token", "admin", "--admin")
-    command("submit", demo_data / "pred-b.zip", "--benchmark", SLUG, "--user", "sgeval-demo", "--method", "Model B")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = folder / "server.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(_serve(config, "--port", port), cwd=ROOT, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{log_path.read_text()}", pytrace=False)
-            try:
-                with urllib.request.urlopen(url + "/", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the server did not answer in 30 s:\n{log_path.read_text()}", pytrace=False)
-                time.sleep(0.2)
-        yield {"url": url, "admin": admin_token, "log": log_path, "data": demo_data, "folder": folder}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    admin_token = serve_load.cli(config, "token", "admin", "--admin")
+    serve_load.cli(config, "submit", demo_data / "pred-b.zip", "--benchmark", SLUG, "--user", "sgeval-demo",
+                   "--method", "Model B")
+    with serve_load.Server(config, folder / "server.log") as running:
+        yield {"url": running.url, "admin": admin_token, "log": running.log, "data": demo_data, "folder": folder}
+        running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -230,9 +185,9 @@ def my_submissions(driver, server):
 
 
 def api(server, path, token):
-    request = urllib.request.Request(server["url"] + "/api" + path, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)
+    reply = serve_load.call(server["url"], "GET", "/api" + path, token, timeout=10)
+    assert reply.status == 200, reply.body
+    return reply.json()
 
 
 def on_reloading_page(action, tries=5):
