@@ -215,6 +215,11 @@ async def admin(request):
 # submitting --------------------------------------------------------------------------------
 
 
+def _words(value):
+    """A text field with its runs of white space made single spaces and its ends trimmed."""
+    return " ".join(str(value or "").split())
+
+
 def _url(value, field, problems):
     value = (value or "").strip()
     if value and (len(value) > 500 or urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc):
@@ -225,7 +230,7 @@ def _url(value, field, problems):
 def submission_fields(fields):
     """The form's text fields checked: (method, paper_url, code_url, public) or Problem."""
     problems = []
-    method = " ".join((fields.get("method") or "").split())
+    method = _words(fields.get("method"))
     if not 1 <= len(method) <= 100:
         problems.append("method: give the method's name (1 to 100 characters)")
     paper, code = _url(fields.get("paper_url"), "paper_url", problems), _url(fields.get("code_url"), "code_url", problems)
@@ -368,7 +373,7 @@ async def logout(request):
 
 
 def _new_user(store, name, admin=False):
-    name = " ".join((name or "").split())
+    name = _words(name)
     if not NAME.fullmatch(name):
         raise Problem(400, ["name: 1 to 40 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"])
     try:
@@ -404,7 +409,7 @@ async def issue_token(request):
     fields = await _fields(request)
     _need_admin(request)
     store = request.app.state.store
-    name = " ".join(str(fields.get("name", "")).split())
+    name = _words(fields.get("name"))
     if fields.get("renew") in ("1", True):
         token = await run_in_threadpool(store.new_token_for, name)
         if token is None:
@@ -420,7 +425,7 @@ async def revoke(request):
     fields = await _fields(request)
     _need_admin(request)
     store = request.app.state.store
-    user = store.user_by_name(" ".join(str(fields.get("name", "")).split()))
+    user = store.user_by_name(_words(fields.get("name")))
     if user is None:
         raise Problem(404, ["name: no such user"])
     await run_in_threadpool(store.revoke, user["id"])
