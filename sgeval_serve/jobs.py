@@ -9,6 +9,7 @@ The thread kills the child at the job's timeout. A server that stops leaves its 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -105,7 +106,7 @@ class Dispatcher:
         folder.mkdir(parents=True, exist_ok=True)
         pred = self.store.submission_file(submission_id, submission["file_kind"])
         config = benchmark.sgeval_config(pred)
-        job = {"config": {key: getattr(config, key) for key in config.__dataclass_fields__},
+        job = {"config": dataclasses.asdict(config),
                "plot_metric": benchmark.per_predicate_metric, "label": submission["method"],
                "server_pid": os.getpid()}
         (folder / "job.json").write_text(json.dumps(job))
