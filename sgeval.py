@@ -204,6 +204,7 @@ import collections
 import collections.abc
 import dataclasses
 import gc
+import hashlib
 import importlib
 import io
 import itertools
@@ -360,15 +361,16 @@ def _number(key, value, low, high, source, problems, open_low=False):
     return 0.0
 
 
-def make_config(values, source="config"):
-    """Build a validated Config from a mapping; all problems are reported together."""
+def make_config(values, source="config", need_pred=False):
+    """Build a validated Config from a mapping; all problems are reported together. ``pred`` is
+    needed by evaluate() only (need_pred: report it missing with the rest)."""
     fields = {f.name: f.default for f in dataclasses.fields(Config)}
     problems = [f"{source}: unknown key '{key}'; valid keys: {', '.join(fields)}"
                 for key in values if key not in fields]
     if problems:
         raise SGEvalError(problems)
     merged = {**fields, **values}
-    problems += [f"{source}: '{key}' is required" for key in ("gt", "pred") if not merged[key]]
+    problems += [f"{source}: '{key}' is required" for key in ("gt", "pred")[:1 + need_pred] if not merged[key]]
     lists = {key: tuple(dict.fromkeys(map(str, _as_list(merged[key])))) for key in ("metrics", "protocols")}
     for key, allowed in (("metrics", METRIC_FAMILIES), ("protocols", PROTOCOLS)):
         problems += [f"{source}: unknown {key[:-1]} '{name}'; valid: {', '.join(allowed)}"
@@ -398,7 +400,7 @@ def make_config(values, source="config"):
     return config
 
 
-def load_config(path=None, **overrides):
+def load_config(path=None, *, need_pred=False, **overrides):
     """Config from a YAML file (optional) with keyword overrides; None overrides are ignored."""
     values = {}
     if path is not None:
@@ -413,7 +415,7 @@ def load_config(path=None, **overrides):
         if nested:  # never printed or walked: an alias bomb expands only when it is
             raise SGEvalError([f"{path}: '{key}' must be a value or a list of values" for key in map(str, nested)])
     values.update({key: value for key, value in overrides.items() if value is not None})
-    return make_config(values, source=str(path) if path else "config")
+    return make_config(values, source=str(path) if path else "config", need_pred=need_pred)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +447,7 @@ class GroundTruth:
     images: list  # [GTImage] in psg.json order
     skipped_no_relations: int
     training: tuple  # training_statistics() of the data entries outside test_image_ids
+    skipped_ids: frozenset = frozenset()  # the test images without relations (not evaluated)
 
 
 def _types(values):
@@ -547,7 +550,7 @@ def read_gt(gt_path, seg_root=None):
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, train = [], [], 0, set(), []
+    problems, images, skipped, seen, train = [], [], set(), set(), []
     for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
         if not _types(names) <= {str} or len(set(names)) < len(names):
             problems.append(f"{gt_path}: the {kind} names must be distinct strings")
@@ -570,7 +573,7 @@ def read_gt(gt_path, seg_root=None):
             continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
-            skipped += 1
+            skipped.add(entry.image_id)
             continue
         if len(boxes) != len(categories):
             problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(categories)}")
@@ -600,7 +603,7 @@ def read_gt(gt_path, seg_root=None):
     training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
     if problems:
         raise SGEvalError(problems)
-    return GroundTruth(objects, predicates, images, skipped, training)
+    return GroundTruth(objects, predicates, images, len(skipped), training, frozenset(skipped))
 
 
 def _load_annotations(path, keys, what="JSON"):
@@ -705,6 +708,463 @@ def read_zeroshot(path, n_objects, n_predicates):
 
 
 # ---------------------------------------------------------------------------------------------
+# The Evaluator: every image reduces to a record of integer counts; compute() aggregates them
+# ---------------------------------------------------------------------------------------------
+
+
+class Panoptic(typing.NamedTuple):
+    """Masks of instances that do not overlap, for Evaluator.update: an (H, W) integer map of
+    segment ids and the (P,) segment id of each instance, in instance order."""
+
+    segment_map: object
+    segment_ids: object
+
+
+class Evaluator:
+    """Evaluate in a model's test loop: ``update`` once per image (in any order, on any number of
+    ranks), ``merge`` / ``sync`` the states, ``compute`` the results dict that ``evaluate`` returns.
+
+    config: a Config, a mapping of its fields or a YAML path (``pred`` is not needed). The GT, the
+    training statistics and the zero-shot list are read once, here. The state holds, per updated
+    image, a digest of its arrays, how often it was updated and its counts (``ImageRecord``): a
+    few hundred bytes, whatever the number of instances, masks or rows.
+    """
+
+    def __init__(self, config):
+        if isinstance(config, (str, os.PathLike)):
+            config = load_config(config)
+        self.config = config if isinstance(config, Config) else make_config(dict(config))
+        self.gt = read_gt(self.config.gt, self.config.gt_seg)
+        n_objects, n_predicates = len(self.gt.object_classes), len(self.gt.predicate_classes)
+        self.training = read_training(self.config.train_gt, n_objects, n_predicates) if self.config.train_gt \
+            else self.gt.training
+        given = read_zeroshot(self.config.zeroshot_triplets, n_objects, n_predicates) \
+            if self.config.zeroshot_triplets else None
+        mark_zeroshot(self.gt.images, self.training.types, given)
+        self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
+        self.settings = settings_of(self.config, n_predicates)
+        self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
+        self._fingerprint = None
+        self.reset()
+
+    def reset(self):
+        """Forget every update."""
+        self.images = {}  # slot -> ImageRecord
+        self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
+        self.other_records = 0  # update_from_file: records of images outside the test split
+
+    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None):
+        """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
+        docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
+        image_id = str(image_id)
+        slot, where = self.slot_of.get(image_id), f"Evaluator.update: image {image_id}"
+        if slot is None and image_id not in self.gt.skipped_ids:
+            raise SGEvalError([self._unknown_image(image_id, where)])
+        height, width = (self.gt.images[slot].height, self.gt.images[slot].width) if slot is not None else (None, None)
+        pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
+                             len(self.gt.object_classes), self.settings, height, width)
+        digest = prediction_digest(pred)
+        if slot is None:
+            return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
+        known = self.images.get(slot)
+        if known is not None:
+            return self._add(self.images, slot, ImageRecord(digest, 1, None))
+        result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
+        if result.problems:
+            raise SGEvalError(result.problems)
+        self.images[slot] = ImageRecord(digest, 1, pack_record(result, self.gt.images[slot], self.settings))
+
+    def _unknown_image(self, image_id, where):
+        text = f"{where}: not an image of the GT's test split (test_image_ids of {self.config.gt})"
+        if image_id.isdigit() and int(image_id) < len(self.gt.images):
+            text += (f"; it looks like a dataset index: the evaluated image at index {int(image_id)} has "
+                     f"image_id {self.gt.images[int(image_id)].image_id} (pass the GT's image_id)")
+        return text
+
+    def _add(self, table, key, record):
+        """Count another update of a known image (or the first); different arrays are an error."""
+        known = table.get(key)
+        if known is not None and known.digest != record.digest:
+            image_id = key if table is self.extra else self.gt.images[key].image_id
+            raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
+                               f"duplicate must repeat the same arrays)"])
+        table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
+
+    def state_dict(self):
+        """The state as a plain picklable dict of integer numpy arrays and the fingerprint."""
+        slots = sorted(self.images)
+        records = [self.images[slot] for slot in slots]
+        values = [record.values for record in records]
+        extra = sorted(self.extra)
+        return {"sgeval_state": 1, "fingerprint": self.fingerprint(),
+                "slots": np.array(slots, np.int64),
+                "updates": np.array([record.updates for record in records], np.int64),
+                "digests": np.frombuffer(b"".join(record.digest for record in records), np.uint8).reshape(-1, DIGEST),
+                "offsets": np.cumsum([0] + [len(v) for v in values], dtype=np.int64),
+                "values": _smallest(np.concatenate(values) if values else np.zeros(0, np.uint8)),
+                "extra_ids": extra,
+                "extra_updates": np.array([self.extra[i].updates for i in extra], np.int64),
+                "extra_digests": np.frombuffer(b"".join(self.extra[i].digest for i in extra),
+                                               np.uint8).reshape(-1, DIGEST),
+                "other_records": self.other_records}
+
+    def load_state_dict(self, state):
+        """Replace the state by a state_dict() (checked: same fingerprint, well formed)."""
+        self.images, self.extra, self.other_records = self._read_state(state)
+
+    def merge(self, other):
+        """Add another Evaluator's state or a state_dict (commutative and associative: updates of
+        an image add up). Nothing changes when it fails."""
+        images, extra, other_records = self._read_state(other.state_dict() if isinstance(other, Evaluator) else other)
+        saved = self.images, self.extra
+        self.images, self.extra = dict(self.images), dict(self.extra)
+        try:
+            for slot, record in images.items():
+                self._add(self.images, slot, record)
+            for image_id, record in extra.items():
+                self._add(self.extra, image_id, record)
+        except SGEvalError:
+            self.images, self.extra = saved
+            raise
+        self.other_records += other_records
+        return self
+
+    def sync(self, all_gather_object=None, world_size=None):
+        """Make every rank's state the merge of all ranks' states. Under torch.distributed (when
+        torch is imported and a process group is initialised) one all_gather_object of the state;
+        all_gather_object(output_list, obj) and world_size stand in for it. Else nothing to do."""
+        if all_gather_object is None:
+            dist = getattr(sys.modules.get("torch"), "distributed", None)
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return self
+            all_gather_object, world_size = dist.all_gather_object, dist.get_world_size()
+        gathered = [None] * world_size
+        all_gather_object(gathered, self.state_dict())
+        self.reset()
+        for state in gathered:
+            self.merge(state)
+        return self
+
+    def fingerprint(self):
+        """What a state depends on: the sgeval version, the GT, training and zero-shot files' bytes
+        and every setting that decides the counts."""
+        if self._fingerprint is None:
+            config, digest = self.config, hashlib.sha256()
+            for path in (config.gt, config.train_gt, config.zeroshot_triplets):
+                digest.update(_file_digest(path))
+            settings = self.settings._asdict()
+            digest.update(json.dumps([__version__, settings], sort_keys=True).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+    def _read_state(self, state):
+        """{slot: ImageRecord}, {image id: ImageRecord}, other_records of a state_dict, after checking it."""
+        where = "state_dict"
+        if not isinstance(state, dict) or state.get("sgeval_state") != 1:
+            raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
+        if state.get("fingerprint") != self.fingerprint():
+            raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
+                               f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit or "
+                               f"confusion_k differ); states merge only under the same one"])
+        try:
+            return _state_records(state, len(self.gt.images), self.gt.skipped_ids, self.settings)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise SGEvalError([f"{where}: malformed state: {type(error).__name__}: {error}"]) from None
+
+    def compute(self, missing="empty"):
+        """The results dict (as ``evaluate`` returns it) of the updates so far; the state is left
+        as it is. missing: ``empty`` scores the GT images without an update as predicting
+        nothing (as a file without their records); ``skip`` evaluates the updated images only."""
+        return self._compute(missing)[0]
+
+    def _compute(self, missing):
+        if missing not in ("empty", "skip"):
+            raise SGEvalError([f"Evaluator.compute: missing must be 'empty' or 'skip', not {missing!r}"])
+        slots = range(len(self.gt.images)) if missing == "empty" else sorted(self.images)
+        gt = self.gt if missing == "empty" else dataclasses.replace(self.gt, images=[self.gt.images[s] for s in slots])
+        counted = self._counted(slots)
+        scope = {"scope": "all" if missing == "empty" else "updated",
+                 "duplicate_updates": sum(r.updates - 1 for table in (self.images, self.extra) for r in table.values())}
+        return build_results(self.config, gt, counted, self.training, self.groups, scope), gt, counted
+
+    def _counted(self, slots):
+        """The Counted of the given GT slots (those without an update as predicting nothing)."""
+        settings = self.settings
+        shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+        stores = {protocol: CountStore(len(slots), shapes) for protocol in settings.protocols}
+        audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
+        checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
+        C = settings.n_predicates
+        confusion = {protocol: np.zeros(C * (C + 1), np.int64) for protocol in settings.protocols}
+        predicted = np.zeros(len(slots), bool)
+        for index, slot in enumerate(slots):
+            record = self.images.get(slot)
+            predicted[index] = record is not None
+            image = self.gt.images[slot]
+            values = record.values if record is not None else pack_record(
+                evaluate_image(ImageTask(image, None, None, settings)), image, settings)
+            columns, blocks, audit, check = unpack_record(values, settings)
+            for protocol, (fields, cells) in blocks.items():
+                stores[protocol].images[index] = columns, fields
+                np.add.at(confusion[protocol], cells[0], cells[1])
+            if audit is not None:
+                audits[index] = audit
+            checks[index] = check
+        return Counted(stores, audits, checks, predicted, len(self.extra) + self.other_records,
+                       {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
+
+
+DIGEST = 16  # bytes of an update's digest
+
+
+class ImageRecord(typing.NamedTuple):
+    """One updated image in an Evaluator's state."""
+
+    digest: bytes  # prediction_digest of its arrays
+    updates: int  # how often it was updated (padded duplicates add up)
+    values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
+
+
+def settings_of(config, n_predicates):
+    """The Settings every image of a run is evaluated with."""
+    return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
+                    config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
+                    config.confusion_k)
+
+
+def _file_digest(path):
+    """The SHA-256 of a file's bytes (b'' for no file)."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").digest()
+    except OSError as error:
+        raise SGEvalError([f"{path}: cannot read: {error.strerror or error}"]) from None
+
+
+def prediction_digest(pred):
+    """DIGEST bytes identifying a prediction's arrays (a mask file by its name, given masks by a
+    CRC-32 and an Adler-32 of their packed bits)."""
+    digest = hashlib.sha256()
+    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets):
+        digest.update(b"-" if array is None else repr(array.shape).encode() + np.ascontiguousarray(array).tobytes())
+    if pred.bits is not None:
+        data = np.ascontiguousarray(pred.bits).view(np.uint8)
+        digest.update(f"{pred.bits.shape} {imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
+    digest.update(repr(pred.seg_filename).encode())
+    return digest.digest()[:DIGEST]
+
+
+def pack_record(result, image, settings):
+    """An image's ImageResult as one 1-D array of non-negative integers in the smallest unsigned
+    dtype that holds them (unpack_record reads it back): the predicates of its GT relations (the
+    only columns where per-predicate counts can be non-zero), then per protocol its count fields
+    (per-predicate ones at those columns) and its confusion cells, the audit counts (when on) and
+    the CHECK_FIELDS counts."""
+    columns = np.unique(image.relations[:, 2])
+    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+    parts = [[len(columns)], columns]
+    for protocol in settings.protocols:
+        counts = result.counts[protocol]
+        for field in shapes:
+            value = np.asarray(counts[field], np.int64)
+            parts.append(value[..., columns] if field in PER_PREDICATE_FIELDS else value)
+        cells = counts.get("confusion", np.zeros((2, 0), np.int64))
+        parts += [[cells.shape[1]], cells]
+    parts += ([result.audit] if settings.audit else []) + [result.check]
+    return _smallest(np.concatenate([np.asarray(part, np.int64).ravel() for part in parts]))
+
+
+def _smallest(values):
+    """Non-negative integers in the smallest unsigned dtype that holds them (else int64)."""
+    if values.size and values.min() < 0:
+        return values.astype(np.int64)
+    return values.astype(np.min_scalar_type(int(values.max()) if values.size else 0))
+
+
+def unpack_record(values, settings):
+    """pack_record's array -> (columns, {protocol: (its count fields in count_shapes order, the
+    per-predicate ones at the columns only; confusion cells (2, U))}, audit or None, check).
+    ValueError when the array does not have the layout."""
+    values = np.asarray(values).astype(np.int64)
+    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+    n_columns = int(values[0])
+    columns, at, blocks = values[1:1 + n_columns], 1 + n_columns, {}
+    if len(columns) != n_columns or (n_columns and (columns.min() < 0 or columns.max() >= settings.n_predicates)):
+        raise ValueError("the predicate columns are out of range")
+
+    def take(shape):
+        nonlocal at
+        size = math.prod(shape)
+        if at + size > len(values):
+            raise ValueError(f"a record of {len(values)} values is too short for its layout")
+        at += size
+        return values[at - size:at].reshape(shape)
+
+    for protocol in settings.protocols:
+        fields = [take(shape[:-1] + (n_columns,) if field in PER_PREDICATE_FIELDS else shape)
+                  for field, shape in shapes.items()]
+        cells = take((2, int(take((1,))[0])))
+        if cells.size and (cells[0].min() < 0 or cells[0].max() >= settings.n_predicates * (settings.n_predicates + 1)):
+            raise ValueError("a confusion cell is out of range")
+        blocks[protocol] = fields, cells
+    audit = take((len(AUDIT_FIELDS),)) if settings.audit else None
+    check = take((len(CHECK_FIELDS),))
+    if at != len(values):
+        raise ValueError(f"a record of {len(values)} values is longer than its layout ({at})")
+    return columns, blocks, audit, check
+
+
+def _state_records(state, n_slots, skipped_ids, settings):
+    """The ImageRecords of a state_dict ({slot: ...}, {image id: ...}); ValueError, KeyError,
+    TypeError or IndexError when it is malformed."""
+    slots, updates, digests, offsets, values = (np.asarray(state[key]) for key in
+                                                ("slots", "updates", "digests", "offsets", "values"))
+    n = len(slots)
+    if not (slots.dtype.kind in "iu" and updates.dtype.kind in "iu" and offsets.dtype.kind in "iu"
+            and values.dtype.kind in "iu" and digests.dtype == np.uint8):
+        raise TypeError("the arrays must hold integers")
+    if updates.shape != (n,) or digests.shape != (n, DIGEST) or offsets.shape != (n + 1,) or values.ndim != 1:
+        raise ValueError("the arrays' shapes do not agree")
+    if n and (slots.min() < 0 or slots.max() >= n_slots or len(np.unique(slots)) < n or updates.min() < 1):
+        raise ValueError("image slots out of range or repeated, or an update count below 1")
+    if offsets[0] != 0 or offsets[-1] != len(values) or (np.diff(offsets) < 1).any():
+        raise ValueError("the record offsets do not cover the values")
+    images = {}
+    for slot, count, digest, start, stop in zip(slots.tolist(), updates.tolist(), digests, offsets, offsets[1:]):
+        record = values[start:stop].astype(np.int64)
+        unpack_record(record, settings)
+        images[slot] = ImageRecord(digest.tobytes(), count, _smallest(record))
+    extra_ids, extra_updates, extra_digests = (state[key] for key in ("extra_ids", "extra_updates", "extra_digests"))
+    if len(extra_ids) != len(extra_updates) or len(extra_ids) != len(extra_digests) \
+            or not set(map(str, extra_ids)) <= skipped_ids or len(set(map(str, extra_ids))) < len(extra_ids):
+        raise ValueError("the extra images are not test images without relations, or do not agree")
+    extra = {str(image_id): ImageRecord(bytes(np.asarray(digest, np.uint8)), int(count), None)
+             for image_id, count, digest in zip(extra_ids, extra_updates, extra_digests)}
+    other_records = state["other_records"]
+    if (extra and min(record.updates for record in extra.values()) < 1) or type(other_records) is not int \
+            or other_records < 0:
+        raise ValueError("an update count below 1, or other_records is not a count")
+    return images, extra, other_records
+
+
+# ---------------------------------------------------------------------------------------------
+# Update arguments: arrays checked with the file reader's rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _numpy(value):
+    """A numpy array of a numpy array, a torch tensor on any device (without importing torch) or a
+    nested list."""
+    if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _update_field(value, name, shape, kinds, where, problems):
+    """An update argument as an int64 (kinds 'iu') or float64 ('iuf') array of the given shape
+    (None = any length; an empty array of any shape is 0 rows), else None after a problem."""
+    try:
+        array = _numpy(value)
+    except (ValueError, TypeError, RuntimeError) as error:
+        problems.append(f"{where}: field '{name}' is not an array: {error}")
+        return None
+    if array.size == 0 and len(shape) == 2:
+        array = array.reshape(0, shape[1])
+    kind = "integers" if kinds == "iu" else "numbers"
+    if array.dtype.kind not in kinds and array.size:
+        problems.append(f"{where}: field '{name}' must hold {kind}, not {array.dtype}")
+    elif array.ndim != len(shape) or any(size is not None and size != n for size, n in zip(shape, array.shape)):
+        wanted = "(" + ", ".join("n" if size is None else str(size) for size in shape) + ("," if len(shape) == 1 else "")
+        problems.append(f"{where}: field '{name}' has shape {array.shape}, expected {wanted})")
+    elif array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        problems.append(f"{where}: field '{name}' holds integers beyond the int64 range")
+    elif array.dtype.kind == "f" and not np.isfinite(array).all():
+        problems.append(f"{where}: field '{name}' holds NaN or inf")
+    else:
+        return array.astype(np.int64 if kinds == "iu" else np.float64)
+    return None
+
+
+def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings,
+                  height=None, width=None):
+    """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
+    masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
+    checked)."""
+    problems = []
+    labels = _update_field(labels, "labels", (None,), "iu", where, problems)
+    rows = {name: _update_field(value, name, (None, 3), "iu", where, problems)
+            for name, value in (("triplets", triplets), ("ng_triplets", ng_triplets)) if value is not None}
+    if labels is None or any(array is None for array in rows.values()):
+        raise SGEvalError(problems)
+    n = len(labels)
+    if n > MAX_INSTANCES:
+        raise SGEvalError([f"{where}: {n} instances, more than the limit of {MAX_INSTANCES} per image"])
+    _check_indices(labels[:, None], "instance", [n_objects], ["category"], where, problems)
+    for name, array in rows.items():
+        _check_indices(array, name[:-1], [n, n, settings.n_predicates], ["instance", "instance", "predicate"], where,
+                       problems)
+    boxes = None if boxes is None else _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
+    scores = None if scores is None else _update_field(scores, "scores", (n,), "iuf", where, problems)
+    if settings.mode == "box" and boxes is None and not problems:
+        problems.append(f"{where}: field 'boxes' is required in box mode (no gt_seg)")
+    elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
+        bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
+        problems.append(f"{where}: instance {bad}: field 'boxes' has x2 < x1 or y2 < y1")
+    bits = update_masks(masks, n, height, width, where, problems) if settings.mode == "mask" and n else None
+    if problems:
+        raise SGEvalError(problems)
+    triplets = rows["triplets"]
+    return PredImage(image_id, labels, boxes if settings.mode == "box" else None, scores, triplets,
+                     rows.get("ng_triplets", triplets), None, bits)
+
+
+def update_masks(masks, n, height, width, where, problems):
+    """Packed (n, W) masks of an update's ``masks``: (n, H, W) bool or 0/1 integers, or Panoptic
+    (an (H, W) integer map, the n segment ids); None after a problem. H, W: the GT image's."""
+    if masks is None:
+        problems.append(f"{where}: field 'masks' is required in mask mode (gt_seg is set)")
+        return None
+    if isinstance(masks, Panoptic) or isinstance(masks, (tuple, list)) and len(masks) == 2 and \
+            getattr(masks[0], "ndim", None) == 2 and getattr(masks[1], "ndim", None) == 1:
+        return _panoptic_masks(*masks, n, height, width, where, problems)
+    try:
+        array = _numpy(masks)
+    except (ValueError, TypeError, RuntimeError) as error:
+        problems.append(f"{where}: field 'masks' is not an array: {error}")
+        return None
+    size = (height, width) if height is not None else array.shape[1:]
+    if array.dtype.kind not in "biu":
+        problems.append(f"{where}: field 'masks' must be bool or 0/1 integers, not {array.dtype} (float masks are "
+                        f"not thresholded: compare them with your threshold first)")
+    elif array.shape != (n, *size):
+        problems.append(f"{where}: field 'masks' has shape {array.shape}; expected ({n}, {size[0]}, {size[1]}) "
+                        f"(one mask per instance, the GT image's height and width)")
+    elif array.dtype.kind != "b" and (array.min() < 0 or array.max() > 1):
+        problems.append(f"{where}: field 'masks' holds values other than 0 and 1")
+    else:
+        return pack_masks(array.view(bool) if array.dtype.itemsize == 1 else array != 0)
+    return None
+
+
+def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems):
+    """Packed masks of the Panoptic form (see update_masks)."""
+    before = len(problems)
+    ids = _update_field(segment_ids, "masks (segment ids)", (n,), "iu", where, problems)
+    size = (height, width) if height is not None else (None, None)
+    image = _update_field(segment_map, "masks (segment map)", size, "iu", where, problems)
+    if len(problems) > before:
+        return None
+    if len(np.unique(ids)) < len(ids):
+        problems.append(f"{where}: field 'masks' lists a segment id twice (its instances must not overlap)")
+        return None
+    bits = np.zeros((n, _words(image.size)), np.uint64)
+    pack_segments(image[:, :, None], ids, bits.view(np.uint8))
+    return bits
+
+
+# ---------------------------------------------------------------------------------------------
 # Readers and validation: predictions
 # ---------------------------------------------------------------------------------------------
 
@@ -720,6 +1180,7 @@ class PredImage:
     triplets: np.ndarray
     ng_triplets: np.ndarray
     seg_filename: str | None
+    bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
 
 
 class PredSource:
@@ -1321,21 +1782,30 @@ def _set_bits(bits_B, start, stop):
 
 
 @numba.njit(cache=_JIT_CACHE)
-def pack_segments(rgb_HWC, segment_ids_G, bits_GB):
-    """Set the pixels of the panoptic segments of an 8-bit RGB(A) image (id = R + 256 G + 65536 B)
-    in their rows of bits_GB (zeroed, np.packbits order), one run of equal pixels at a time.
-    Returns the pixels found per segment (G,)."""
-    height, width = rgb_HWC.shape[0], rgb_HWC.shape[1]
+def _pixel_id(image_HWC, y, x):
+    """The segment id of a pixel: its first three channels as little-endian bytes (RGB(A): R +
+    256 G + 65536 B, alpha ignored; one channel: its value)."""
+    value = np.int64(0)
+    for c in range(min(image_HWC.shape[2], 3)):
+        value += np.int64(image_HWC[y, x, c]) << (8 * c)
+    return value
+
+
+@numba.njit(cache=_JIT_CACHE)
+def pack_segments(image_HWC, segment_ids_G, bits_GB):
+    """Set the pixels of the segments of a panoptic image (8-bit RGB(A): id = R + 256 G + 65536
+    B; or one channel of integer ids) in their rows of bits_GB (zeroed, np.packbits order), one
+    run of equal pixels at a time. Returns the pixels found per segment (G,)."""
+    height, width = image_HWC.shape[0], image_HWC.shape[1]
     found = np.empty(segment_ids_G.shape[0], np.int64)
     found[:] = 0
     for y in range(height):
         x = 0
         while x < width:
-            start, red, green, blue = x, rgb_HWC[y, x, 0], rgb_HWC[y, x, 1], rgb_HWC[y, x, 2]
+            start, pixel_id = x, _pixel_id(image_HWC, y, x)
             x += 1
-            while x < width and rgb_HWC[y, x, 0] == red and rgb_HWC[y, x, 1] == green and rgb_HWC[y, x, 2] == blue:
+            while x < width and _pixel_id(image_HWC, y, x) == pixel_id:
                 x += 1
-            pixel_id = np.int64(red) + 256 * np.int64(green) + 65536 * np.int64(blue)
             for g in range(segment_ids_G.shape[0]):
                 if segment_ids_G[g] == pixel_id:
                     _set_bits(bits_GB[g], y * width + start, y * width + x)
@@ -1875,7 +2345,7 @@ class Merge(typing.NamedTuple):
 def compare_masks(gt, pred, source, needed, threshold):
     """Decode an image's masks and compare its predictions with its GT (mask_iou). needed: (P,)
     bool or None (all); the GT PNG is not read when no prediction is needed."""
-    bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
+    bits = pred.bits if pred.bits is not None else load_pred_masks(source, pred, gt.height, gt.width, needed)
     boxes = mask_boxes(bits, gt.width)
     if needed is not None and not needed.any():
         return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
@@ -2034,16 +2504,12 @@ PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", 
 
 class CountStore(collections.abc.Mapping):
     """The per-image counts of one protocol, read as {field: (I, ...) int64 array} by aggregate().
-    An image's per-predicate counts are zero for the predicates absent from its GT: only the
+    ``images[i]`` is (columns, fields) of image i as unpack_record gives them (None: all zero):
+    an image's per-predicate counts are zero for the predicates absent from its GT, so only the
     columns of the others are kept (a few of some 50), and the arrays are made whole when read."""
 
     def __init__(self, n_images, shapes):
         self.shapes, self.images, self.cached = shapes, [None] * n_images, (None, None)
-
-    def put(self, slot, counts):
-        columns = np.flatnonzero(counts["gt_rel"])
-        self.images[slot] = columns, [np.asarray(counts[field], np.int64)[..., columns] if field in
-                                      PER_PREDICATE_FIELDS else counts[field] for field in self.shapes]
 
     def __getitem__(self, field):
         if self.cached[0] != field:
@@ -2154,28 +2620,22 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 
 
 def evaluate(config, progress=None):
-    """Evaluate a prediction; returns the results dict (SPEC section 7).
+    """Evaluate a prediction file; returns the results dict (SPEC section 7): an Evaluator
+    updated with the file's records (update_from_file), then computed.
 
-    config: a Config (see load_config / make_config) or a mapping of its fields.
-    progress: optional callable progress(images_done, images_total), called after each image.
-    Raises SGEvalError listing every problem found in the input.
+    config: a Config (see load_config / make_config) or a mapping of its fields; ``pred`` names
+    the file. progress: optional callable progress(images_done, images_total), called after each
+    image. Raises SGEvalError listing every problem found in the input.
     """
-    if not isinstance(config, Config):
-        config = make_config(dict(config))
+    config = config if isinstance(config, Config) else make_config(dict(config), need_pred=True)
+    if not config.pred:
+        raise SGEvalError(["config: 'pred' is required (the prediction file to evaluate)"])
     for key in ("output", "per_image"):
         if getattr(config, key):
             write_output(getattr(config, key), None, key)  # fails now rather than after the evaluation
-    gt = read_gt(config.gt, config.gt_seg)
-    n_objects, n_predicates = len(gt.object_classes), len(gt.predicate_classes)
-    training = read_training(config.train_gt, n_objects, n_predicates) if config.train_gt else gt.training
-    given = read_zeroshot(config.zeroshot_triplets, n_objects, n_predicates) if config.zeroshot_triplets else None
-    mark_zeroshot(gt.images, training[0], given)
-    groups = predicate_groups(config.predicate_groups, gt.predicate_classes, training.relations)
-    settings = Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
-                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
-                        config.confusion_k)
-    counted = count_images(config.pred, gt, settings, config.workers, progress)
-    results = build_results(config, gt, counted, training, groups)
+    evaluator = Evaluator(config)
+    update_from_file(evaluator, config.pred, config.workers, progress)
+    results, gt, counted = evaluator._compute("empty")
     if config.output:
         write_output(config.output, [json.dumps(results, indent=1) + "\n"])
         log.info("wrote %s", config.output)
@@ -2253,47 +2713,36 @@ class Counted(typing.NamedTuple):
     confusion: dict  # {protocol: (C, C + 1) int64}: GT predicate x predicted predicate (column C: none)
 
 
-def count_images(pred_path, gt, settings, workers=1, progress=None):
-    """Read a prediction record by record and evaluate every GT image: those with a record in the
-    file's order as they are read, then those without. Raises SGEvalError with every problem of
-    the records and of the masks."""
-    problems = []
+def update_from_file(evaluator, pred_path, workers=1, progress=None):
+    """Update an Evaluator with every record of a prediction file, evaluated in the file's order
+    as the records are read (in ``workers`` processes, which send back each image's
+    pack_record); records of images outside the evaluated ones are counted as extra. Raises
+    SGEvalError with every problem of the records and of the masks."""
+    gt, settings, problems = evaluator.gt, evaluator.settings, []
     source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
                                          problems)
-    slot_of = {image.image_id: slot for slot, image in enumerate(gt.images)}
-    predicted, n_extra = np.zeros(len(gt.images), bool), 0
 
     def tasks():
-        nonlocal n_extra
         for pred in records:
-            slot = slot_of.get(pred.image_id)
-            n_extra += slot is None
-            if slot is not None and not problems:  # after a problem: only check the rest
-                predicted[slot] = True
+            slot = evaluator.slot_of.get(pred.image_id)
+            if slot is None and pred.image_id in gt.skipped_ids:
+                evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
+            elif slot is None:
+                evaluator.other_records += 1
+            elif not problems:  # after a problem: only check the rest
                 yield slot, ImageTask(gt.images[slot], pred, source, settings)
-        for slot in np.flatnonzero(~predicted) if not problems else ():
-            yield slot, ImageTask(gt.images[slot], None, source, settings)
 
-    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
-    stores = {protocol: CountStore(len(gt.images), shapes) for protocol in settings.protocols}
-    audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
-    checks = np.zeros((len(gt.images), len(CHECK_FIELDS)), np.int64)
-    C = settings.n_predicates
-    confusion = {protocol: np.zeros(C * (C + 1), np.int64) for protocol in settings.protocols}
+    image_problems, done = {}, 0
     if workers > 1:
         popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
     try:
-        for done, (slot, result) in enumerate(map_in_order(_evaluate_slot, tasks(), workers), 1):
-            if result.problems:
-                image_problems[slot] = result.problems
-            for protocol, counts in (result.counts or {}).items():
-                stores[protocol].put(slot, counts)
-                if "confusion" in counts:
-                    np.add.at(confusion[protocol], counts["confusion"][0], counts["confusion"][1])
-            if result.audit is not None:
-                audits[slot] = result.audit
-            checks[slot] = result.check
+        for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers):
+            if found:
+                image_problems[slot] = found
+            else:
+                evaluator._add(evaluator.images, slot, ImageRecord(digest, 1, values))
+            done += 1
             if progress:
                 progress(done, len(gt.images))
     finally:
@@ -2302,8 +2751,8 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
-    return Counted(stores, audits, checks, predicted, n_extra,
-                   {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
+    for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
+        progress(done, len(gt.images))
 
 
 def map_in_order(function, items, workers, batch=16):
@@ -2332,9 +2781,12 @@ def _map_batch(function, items):
 
 
 def _evaluate_slot(item):
-    """(slot, ImageTask) -> (slot, ImageResult): map_in_order's unit of work for count_images."""
+    """(slot, ImageTask) -> (slot, prediction_digest, problems, pack_record or None): the unit of
+    work of update_from_file."""
     slot, task = item
-    return slot, evaluate_image(task)
+    result = evaluate_image(task)
+    values = None if result.problems else pack_record(result, task.gt, task.settings)
+    return slot, prediction_digest(task.pred), result.problems, values
 
 
 PREDICATE_GROUP_PRESETS = {
@@ -2405,8 +2857,9 @@ def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def build_results(config, gt, counted, training, groups=None):
-    """The results dict (SPEC section 7) of a run's counts."""
+def build_results(config, gt, counted, training, groups=None, scope=None):
+    """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
+    ``duplicate_updates`` (default: all images, none)."""
     groups = groups or {}
     metrics_wanted = [family for family in config.metrics if family != "A" or config.task != "sgdet"]
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
@@ -2437,6 +2890,7 @@ def build_results(config, gt, counted, training, groups=None):
             "missing_predictions": int(np.count_nonzero(~counted.predicted)),
             "skipped_no_relations": gt.skipped_no_relations,
             "extra_predictions": counted.extra_predictions,
+            **(scope or {"scope": "all", "duplicate_updates": 0}),
         },
         **by_protocol[config.protocol],
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_rel) if n},
@@ -2626,7 +3080,8 @@ def main(config_path, quiet, compare_protocols, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
     if compare_protocols and options["protocols"] is None:
         options["protocols"] = ",".join(PROTOCOLS)
-    results = run_cli(lambda progress: evaluate(load_config(config_path, **options), progress), "evaluating", quiet)
+    results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
+                      "evaluating", quiet)
     click.echo(format_table(results))
     if results["config"]["output"]:
         click.echo(f"results written to {results['config']['output']}", err=True)
