@@ -202,6 +202,7 @@ __version__ = "0.1.0"
 import codecs
 import collections
 import collections.abc
+import concurrent.futures
 import dataclasses
 import gc
 import hashlib
@@ -233,7 +234,8 @@ from PIL import Image
 
 log = logging.getLogger("sgeval")
 
-# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work.
+# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
+# release the GIL: an Evaluator's threads run them while the model's thread runs Python.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
@@ -744,11 +746,13 @@ class Evaluator:
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
         self.settings = settings_of(self.config, n_predicates)
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
-        self._fingerprint = None
+        self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
+        self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
         self.reset()
 
     def reset(self):
         """Forget every update."""
+        self._drain(raise_problems=False)
         self.images = {}  # slot -> ImageRecord
         self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
         self.other_records = 0  # update_from_file: records of images outside the test split
@@ -766,13 +770,38 @@ class Evaluator:
         digest = prediction_digest(pred)
         if slot is None:
             return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
-        known = self.images.get(slot)
-        if known is not None:
+        self._drain(finished_only=True)
+        if slot in self.images:
             return self._add(self.images, slot, ImageRecord(digest, 1, None))
-        result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
-        if result.problems:
-            raise SGEvalError(result.problems)
-        self.images[slot] = ImageRecord(digest, 1, pack_record(result, self.gt.images[slot], self.settings))
+        self._free.acquire()  # blocks while 2 x workers images wait for their evaluation
+        self.images[slot] = ImageRecord(digest, 1, None)  # its values when evaluated (_drain)
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix="sgeval")
+        self._running[slot] = self._pool.submit(self._evaluate, slot, pred)
+
+    def _evaluate(self, slot, pred):
+        """pack_record of one checked update (in one of the Evaluator's threads)."""
+        try:
+            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
+            if result.problems:  # the GT's PNG
+                raise SGEvalError(result.problems)
+            return pack_record(result, self.gt.images[slot], self.settings)
+        finally:
+            self._free.release()
+
+    def _drain(self, finished_only=False, raise_problems=True):
+        """Store the records of the evaluated updates (all: after waiting for them). An image whose
+        evaluation failed is forgotten, and its problems are raised."""
+        problems = []
+        for slot in [slot for slot, future in self._running.items() if future.done() or not finished_only]:
+            try:
+                values = self._running.pop(slot).result()
+                self.images[slot] = self.images[slot]._replace(values=values)
+            except SGEvalError as error:
+                del self.images[slot]
+                problems += error.problems
+        if problems and raise_problems:
+            raise SGEvalError(problems)
 
     def _unknown_image(self, image_id, where):
         text = f"{where}: not an image of the GT's test split (test_image_ids of {self.config.gt})"
@@ -792,6 +821,7 @@ class Evaluator:
 
     def state_dict(self):
         """The state as a plain picklable dict of integer numpy arrays and the fingerprint."""
+        self._drain()
         slots = sorted(self.images)
         records = [self.images[slot] for slot in slots]
         values = [record.values for record in records]
@@ -810,11 +840,13 @@ class Evaluator:
 
     def load_state_dict(self, state):
         """Replace the state by a state_dict() (checked: same fingerprint, well formed)."""
+        self._drain()
         self.images, self.extra, self.other_records = self._read_state(state)
 
     def merge(self, other):
         """Add another Evaluator's state or a state_dict (commutative and associative: updates of
         an image add up). Nothing changes when it fails."""
+        self._drain()
         images, extra, other_records = self._read_state(other.state_dict() if isinstance(other, Evaluator) else other)
         saved = self.images, self.extra
         self.images, self.extra = dict(self.images), dict(self.extra)
@@ -878,6 +910,7 @@ class Evaluator:
         return self._compute(missing)[0]
 
     def _compute(self, missing):
+        self._drain()
         if missing not in ("empty", "skip"):
             raise SGEvalError([f"Evaluator.compute: missing must be 'empty' or 'skip', not {missing!r}"])
         slots = range(len(self.gt.images)) if missing == "empty" else sorted(self.images)
@@ -1758,7 +1791,7 @@ def write_predictions(path, images, extra_members=None, kind=None):
 # (Kernels fill np.empty arrays: numba takes longer to compile np.full and np.zeros.)
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def popcount64(x):
     """Number of set bits of a uint64 (SWAR)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -1767,7 +1800,7 @@ def popcount64(x):
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _set_bits(bits_B, start, stop):
     """Set bits [start, stop) (stop > start) of a packed byte row, np.packbits bit order."""
     first, last = start >> 3, (stop - 1) >> 3
@@ -1781,7 +1814,7 @@ def _set_bits(bits_B, start, stop):
         bits_B[last] |= tail
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _pixel_id(image_HWC, y, x):
     """The segment id of a pixel: its first three channels as little-endian bytes (RGB(A): R +
     256 G + 65536 B, alpha ignored; one channel: its value)."""
@@ -1791,7 +1824,7 @@ def _pixel_id(image_HWC, y, x):
     return value
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def pack_segments(image_HWC, segment_ids_G, bits_GB):
     """Set the pixels of the segments of a panoptic image (8-bit RGB(A): id = R + 256 G + 65536
     B; or one channel of integer ids) in their rows of bits_GB (zeroed, np.packbits order), one
@@ -1817,7 +1850,7 @@ def pack_segments(image_HWC, segment_ids_G, bits_GB):
 _EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def mask_boxes(bits_NW, width):
     """(N, 5) int64 per packed mask of the given width: pixel count, then a bounding box y0, y1,
     x0, x1 (inclusive; the columns to whole bytes of 8 pixels; empty mask: y0 > y1). The boxes
@@ -1847,7 +1880,7 @@ def mask_boxes(bits_NW, width):
     return boxes
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     """Pixels two packed masks share (counted over the words of the rows where their boxes
     overlap), or -1 when their IoU cannot reach threshold: the IoU is at most m / (a + b - m),
@@ -1866,7 +1899,7 @@ def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     return inter
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width, threshold):
     """IoU (P, G) of packed masks of the given width with their mask_boxes; -1.0 where
     categories differ, 0.0 for an empty union and for the pairs whose IoU cannot reach threshold
@@ -1883,7 +1916,7 @@ def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     """Whether masks i and j (packed, with their mask_boxes) have IoU >= MERGE_IOU, categories
     ignored, decided once: twins_PP holds 1 (yes), 0 (no) or -1 (not yet decided)."""
@@ -1893,7 +1926,7 @@ def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     return twins_PP[i, j] == 1
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     """The number of instances that are the twin (_twins) of an earlier instance of their
     category."""
@@ -1906,7 +1939,7 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     return count
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
@@ -1953,7 +1986,7 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
     return node_of, source[:n_nodes]
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) of xyxy boxes (continuous, no +1); -1.0 where categories differ."""
     iou = np.empty((pred_box_P4.shape[0], gt_box_G4.shape[0]))
@@ -1972,7 +2005,7 @@ def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def best_candidates(iou_PG, threshold):
     """Per prediction, the GT of highest IoU (first on ties) if IoU >= threshold, else -1."""
     candidate = np.empty(iou_PG.shape[0], np.int64)
@@ -1987,7 +2020,7 @@ def best_candidates(iou_PG, threshold):
     return candidate
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def match_unique(iou_PG, threshold):
     """Algorithm 2: pred -> GT (P,), each GT kept by its best candidate (earlier wins ties)."""
     candidate = best_candidates(iou_PG, threshold)
@@ -2005,7 +2038,7 @@ def match_unique(iou_PG, threshold):
     return pred_to_gt
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def first_positions(sequence_keys_N, query_keys_Q):
     """For each query key, the first index of it in the sequence, or -1 (keys < 0 never match)."""
     first = np.empty(query_keys_Q.shape[0], np.int64)
@@ -2047,7 +2080,7 @@ def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
     """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
     hits a GT triplet when the predicates are equal and ok_PG holds for subject and object. Per
