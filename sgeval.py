@@ -2,24 +2,83 @@
 
 One self-contained file: copy it into your repository and import it, or run it.
 
-Quick start
------------
+Three ways to evaluate
+----------------------
+In the model's test loop, no file written (the Evaluator; see below)::
+
+    import sgeval
+    evaluator = sgeval.Evaluator("configs/psg.yaml")   # a YAML path, a Config or a mapping; no pred
+    for image_id, output in test_loop():               # your model's outputs, image by image
+        evaluator.update(image_id, labels=output.labels, masks=output.masks,
+                         triplets=output.triplets, ng_triplets=output.ng_triplets)
+    evaluator.sync()                                   # under torch.distributed: every rank's images
+    results = evaluator.compute()                      # the results dict, as below
+    print(sgeval.format_table(results))
+
+A prediction file from Python, or from the command line::
+
+    results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
     python sgeval.py --config configs/psg.yaml
     python sgeval.py --gt psg.json --gt-seg panoptic/ --pred pred.zip --k 20,50,100,x10
     python sgeval.py report results/*.json --format latex   # paper tables (sgeval_report.py, beside this file)
 
-    import sgeval
-    results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
-    print(results["metrics"]["mR@50"])
+``evaluate`` is an Evaluator updated with the file's records: the same numbers, to the bit.
+
+The Evaluator
+-------------
+``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once.
+``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None)``
+takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
+the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
+float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
+plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, for instances
+that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
+pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
+SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
+best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets". In box mode
+``masks`` are ignored, as ``seg_filename`` is.
+
+* An update is checked before it touches the state, with the file reader's rules and messages
+  (the image id and the field): the image is one of the GT's test images (an id that looks like
+  an index into the evaluated images gets a hint), integer dtypes, one P for every field,
+  categories and indices in range, finite boxes (box mode: x1 <= x2, y1 <= y2), masks of exactly
+  the GT image's (H, W). A bad update raises SGEvalError and changes nothing.
+* Image ids compare as ``str(id)``. A test image without relations is not evaluated; its updates
+  count as ``extra_predictions``. The same image updated again with identical arrays counts once
+  (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
+  arrays it is an error naming the image. Results never depend on the order of updates or merges.
+* ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
+  image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
+  beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
+  other method waits for them first. An Evaluator is used from one thread.
+* ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
+  update are scored as predicting nothing and counted (``missing_predictions``), as a file
+  without their records. ``missing="skip"`` evaluates the updated images only (a quick validation
+  on part of the split; ``images.scope`` is ``updated``). compute leaves the state as it is.
+* The state is, per updated image, a digest of its arrays, its update count and its counts
+  (``pack_record``: integers in the smallest dtype, per-predicate counts at the predicates of its
+  GT only), never the predictions. ``state_dict()`` is a picklable dict of integer numpy arrays;
+  ``merge(other)`` (an Evaluator or a state_dict; commutative and associative) and
+  ``load_state_dict(state)`` refuse a malformed state and one made under another fingerprint: the
+  sgeval version, the SHA-256 of the gt, train_gt and zeroshot_triplets files (not the PNGs), the
+  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit and confusion_k (what
+  decides the counts; metrics, aggregation and groups only decide what compute reports).
+  ``reset()`` forgets every update. ``sync()``: under torch.distributed (when the caller imported
+  torch and initialised a process group), one ``all_gather_object`` of the state, then every rank
+  merges all of them and holds the same state (``sync(all_gather_object=f, world_size=n)`` stands
+  in for it).
 
 How one image flows
 -------------------
-1. Read. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays; ``prediction_records``
-   reads triplets.json record by record into checked ``PredImage`` arrays. ``count_images`` makes
-   an ``ImageTask`` of each and hands it to ``evaluate_image`` (in worker processes if asked).
-2. Masks. ``load_gt_masks`` decodes the panoptic PNG (imagecodecs) and packs each segment into a
-   row of 64-bit words (``pack_segments``); ``load_pred_masks`` reads the TIFF's layout with
-   tifffile and inflates its pages (imagecodecs) into the same rows. ``mask_boxes`` gives each
+1. GT. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays (``Evaluator`` does it
+   once). ``load_gt_masks`` decodes an image's panoptic PNG (imagecodecs) and packs each segment
+   into a row of 64-bit words (``pack_segments``).
+2. Update. ``Evaluator.update`` checks its arrays (``update_arrays``, ``update_masks``: masks
+   packed with ``pack_masks``) into a ``PredImage``; the file path reads triplets.json record by
+   record into the same ``PredImage`` (``prediction_records``) and ``update_from_file`` hands each
+   to ``evaluate_image`` in worker processes if asked, whose masks ``load_pred_masks`` inflates
+   from the TIFF (tifffile reads its layout, imagecodecs its pages). ``mask_boxes`` gives each
    mask's area and box, which prune the IoU work.
 3. Match. ``task_instances`` puts the GT's instances in place of a PredCls prediction's.
    ``mask_iou`` (or ``box_iou``) compares predictions with the GT instances of their category;
@@ -27,9 +86,11 @@ How one image flows
    map predictions to GT; openpsg and sgb keep every pair meeting the IoU). For SingleMPO and the
    audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
 4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
-   a Matching and the triplet lists into integer counts per cut-off and predicate: an ``ImageResult``.
-5. Aggregate. ``CountStore`` keeps every image's counts; ``aggregate`` turns them into metrics,
-   ``build_results`` into the results dict, ``format_table`` into the printed table.
+   a Matching and the triplet lists into integer counts per cut-off and predicate: an
+   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array.
+5. Aggregate. ``Evaluator.compute`` unpacks the records (``unpack_record``) into a ``CountStore``
+   per protocol; ``aggregate`` turns them into metrics, ``build_results`` into the results dict,
+   ``format_table`` into the printed table.
 
 Ground truth (OpenPSG ``psg.json``)
 -----------------------------------
@@ -969,11 +1030,14 @@ def _file_digest(path):
     """The SHA-256 of a file's bytes (b'' for no file)."""
     if not path:
         return b""
+    digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").digest()
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
     except OSError as error:
         raise SGEvalError([f"{path}: cannot read: {error.strerror or error}"]) from None
+    return digest.digest()
 
 
 def prediction_digest(pred):
