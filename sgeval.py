@@ -1262,7 +1262,7 @@ def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems)
 
 
 # ---------------------------------------------------------------------------------------------
-# Readers and validation: predictions
+# Readers and validation: prediction files (the file path's updates)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -2173,175 +2173,8 @@ def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-image statistics: integer counts only
+# One image: its masks compared, matched and counted under every protocol of the run
 # ---------------------------------------------------------------------------------------------
-
-
-def k_values(k_labels, n_relations):
-    """Absolute k per label for an image with n_relations GT triplets (x-labels are relative)."""
-    values = []
-    for label in k_labels:
-        k, relative = parse_k(label)
-        values.append(max(1, math.floor(min(k * n_relations + 0.5, 2 ** 62))) if relative else min(k, 2 ** 62))
-    return values
-
-
-def _distinct_rows(keys_N):
-    """(the indices of the first occurrence of every key in sequence order, the position of each
-    entry's key among those first occurrences)."""
-    first_index, inverse = np.unique(keys_N, return_index=True, return_inverse=True)[1:]
-    order = np.argsort(first_index, kind="stable")
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    return first_index[order], rank[inverse.reshape(-1)]
-
-
-def _first_occurrences(keys_N):
-    """Indices of the first occurrence of every key, in sequence order."""
-    if len(keys_N) == 0:
-        return np.zeros(0, np.int64)
-    return np.sort(np.unique(keys_N, return_index=True)[1])
-
-
-def _mapped_keys(triplets_N3, pred_to_gt_P, n_gt, n_predicates):
-    """GT pair and triplet keys of predicted triplets; -1 where an end is unmatched."""
-    subject, obj = pred_to_gt_P[triplets_N3[:, 0]], pred_to_gt_P[triplets_N3[:, 1]]
-    valid = (subject >= 0) & (obj >= 0)
-    pairs = np.where(valid, subject * n_gt + obj, -1)
-    return pairs, np.where(valid, pairs * n_predicates + triplets_N3[:, 2], -1)
-
-
-def _occurrence_ranks(keys_N):
-    """For each entry, the number of earlier entries with the same key."""
-    order = np.argsort(keys_N, kind="stable")
-    ordered = keys_N[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else order
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(ordered)]))
-    ranks = np.empty(len(keys_N), np.int64)
-    ranks[order] = np.arange(len(ordered)) - group_start
-    return ranks
-
-
-def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
-                 imr_labels, n_predicates, graph_constraint=True, confusion_k=None):
-    """All per-image integer counts (the fields of count_shapes()) for one image and protocol, and
-    (confusion_k given) its "confusion" cells.
-
-    pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
-    instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
-    """
-    C, n_pred = n_predicates, len(pred_to_gt_P)
-    ks = k_values(k_labels, len(relations_R3))
-    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
-    gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
-    gt_keys = gt_pairs * C + relations_R3[:, 2]
-
-    pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
-    pred_keys = pred_pairs * C + triplets_N3[:, 2]
-    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(*ks, k_confusion)]]
-    sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
-    first_gc, first_pair = first_positions(sel_keys, gt_keys), first_positions(sel_pairs, gt_pairs)
-
-    ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
-    ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
-    first_ng = first_positions(_mapped_keys(ng_selected, pred_to_gt_P, n_gt, C)[1], gt_keys)
-
-    matched = np.zeros(n_gt, bool)
-    matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
-    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
-    kept = np.flatnonzero(all_keys >= 0)
-    kept = kept[_first_occurrences(all_keys[kept])]
-    position = first_positions(all_keys[kept], gt_keys)
-    prank = np.full(len(relations_R3), -1)
-    prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
-    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_gc, first_pair, first_ng, prank,
-                           ng_selected[:, 2])
-    if confusion_k:
-        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, selected[:, 2], k_confusion, C)
-    return counts
-
-
-def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates,
-                  confusion_k=None):
-    """image_counts under OpenPSG's and Scene-Graph-Benchmark's rules: the rows of triplets and
-    ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
-    entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
-    ks = k_values(k_labels, len(relations_R3))
-    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
-    first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(*ks, k_confusion), n_predicates)
-    first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
-    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
-                           first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
-                           [min(k, LEGACY_NG_LIST) for k in ks])
-    if confusion_k:
-        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, triplets_N3[:, 2], k_confusion,
-                                              n_predicates)
-    return counts
-
-
-def confusion_cells(relations_R3, first_gc_R, first_pair_R, row_predicates_N, k, n_predicates):
-    """One image's predicate confusion at cut-off k, as (2, U) int64 rows [cell, count]: cell =
-    GT predicate * (n_predicates + 1) + column, column = the GT triplet's own predicate when one
-    of the first k rows hits it, else the predicate of the first of them on its pair (first_pair_R,
-    a row index), else n_predicates (no prediction for the pair)."""
-    column = np.full(len(relations_R3), n_predicates, np.int64)
-    on_pair = (first_pair_R >= 0) & (first_pair_R < k)
-    column[on_pair] = row_predicates_N[first_pair_R[on_pair]]
-    hit = (first_gc_R >= 0) & (first_gc_R < k)
-    column[hit] = relations_R3[hit, 2]
-    cells, counts = np.unique(relations_R3[:, 2] * (n_predicates + 1) + column, return_counts=True)
-    return np.stack([cells, counts]).astype(np.int64)
-
-
-def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
-                  prank_R, ng_predicates_M, ng_ks=None):
-    """The count fields from where each GT triplet is found: first_gc_R / first_ng_R its position
-    in the GC / NG selection, first_pair_R that of its pair in the GC selection (-1 = not found),
-    prank_R its PRank rank (-1 = undefined); matched_G the GT instances matched; ng_predicates_M
-    the predicates of the NG list IMR walks (its position within its predicate is IMR's rank);
-    ng_ks: the cut-offs of the NG selection (default ks)."""
-    predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
-    gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
-    first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
-    rank_in_predicate = np.full(len(relations_R3), np.iinfo(np.int64).max)
-    found = first_ng_R >= 0
-    rank_in_predicate[found] = _occurrence_ranks(ng_predicates_M)[first_ng_R[found]]
-    listed = np.bincount(ng_predicates_M, minlength=C)
-    both_ends = matched_G[relations_R3[:, 0]] & matched_G[relations_R3[:, 1]]
-    appears = prank_R >= 0
-
-    def hit_masks(first, cutoffs):
-        return [(first >= 0) & (first < k) for k in cutoffs]
-
-    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks if ng_ks is None else ng_ks)
-    per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
-    return {
-        "gt_rel": np.bincount(predicate, minlength=C),
-        "gc_hits": per_predicate(gc),
-        "ng_hits": per_predicate(ng),
-        "gt_pairs": len(first_pair),
-        "pair_hits": [np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks],
-        "inf_hits": np.bincount(predicate[both_ends], minlength=C),
-        "gt_inst": len(matched_G),
-        "inst_hits": np.count_nonzero(matched_G),
-        "rank_sum": np.bincount(predicate[appears], prank_R[appears], minlength=C).astype(np.int64),
-        "rank_n": np.bincount(predicate[appears], minlength=C),
-        "z_gt": np.count_nonzero(zeroshot_R),
-        "z_gc_hits": [np.count_nonzero(m & zeroshot_R) for m in gc],
-        "z_ng_hits": [np.count_nonzero(m & zeroshot_R) for m in ng],
-        "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
-        "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
-        "a_hits": np.zeros(len(ks), np.int64),  # set by evaluate_image for sgcls / predcls
-    }
-
-
-def count_shapes(n_k, n_imr, n_predicates):
-    """Shape of every per-image count field (the image axis excluded)."""
-    C = n_predicates
-    return {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
-            "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
-            "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
-            "imr_short": (n_imr,), "a_hits": (n_k,)}
 
 
 AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
@@ -2593,6 +2426,178 @@ def left_out_counts(settings):
 
 
 # ---------------------------------------------------------------------------------------------
+# Per-image statistics: integer counts only
+# ---------------------------------------------------------------------------------------------
+
+
+def k_values(k_labels, n_relations):
+    """Absolute k per label for an image with n_relations GT triplets (x-labels are relative)."""
+    values = []
+    for label in k_labels:
+        k, relative = parse_k(label)
+        values.append(max(1, math.floor(min(k * n_relations + 0.5, 2 ** 62))) if relative else min(k, 2 ** 62))
+    return values
+
+
+def _distinct_rows(keys_N):
+    """(the indices of the first occurrence of every key in sequence order, the position of each
+    entry's key among those first occurrences)."""
+    first_index, inverse = np.unique(keys_N, return_index=True, return_inverse=True)[1:]
+    order = np.argsort(first_index, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return first_index[order], rank[inverse.reshape(-1)]
+
+
+def _first_occurrences(keys_N):
+    """Indices of the first occurrence of every key, in sequence order."""
+    if len(keys_N) == 0:
+        return np.zeros(0, np.int64)
+    return np.sort(np.unique(keys_N, return_index=True)[1])
+
+
+def _mapped_keys(triplets_N3, pred_to_gt_P, n_gt, n_predicates):
+    """GT pair and triplet keys of predicted triplets; -1 where an end is unmatched."""
+    subject, obj = pred_to_gt_P[triplets_N3[:, 0]], pred_to_gt_P[triplets_N3[:, 1]]
+    valid = (subject >= 0) & (obj >= 0)
+    pairs = np.where(valid, subject * n_gt + obj, -1)
+    return pairs, np.where(valid, pairs * n_predicates + triplets_N3[:, 2], -1)
+
+
+def _occurrence_ranks(keys_N):
+    """For each entry, the number of earlier entries with the same key."""
+    order = np.argsort(keys_N, kind="stable")
+    ordered = keys_N[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else order
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(ordered)]))
+    ranks = np.empty(len(keys_N), np.int64)
+    ranks[order] = np.arange(len(ordered)) - group_start
+    return ranks
+
+
+def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
+                 imr_labels, n_predicates, graph_constraint=True, confusion_k=None):
+    """All per-image integer counts (the fields of count_shapes()) for one image and protocol, and
+    (confusion_k given) its "confusion" cells.
+
+    pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
+    instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
+    """
+    C, n_pred = n_predicates, len(pred_to_gt_P)
+    ks = k_values(k_labels, len(relations_R3))
+    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
+    gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
+    gt_keys = gt_pairs * C + relations_R3[:, 2]
+
+    pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
+    pred_keys = pred_pairs * C + triplets_N3[:, 2]
+    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(*ks, k_confusion)]]
+    sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
+    first_gc, first_pair = first_positions(sel_keys, gt_keys), first_positions(sel_pairs, gt_pairs)
+
+    ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
+    ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
+    first_ng = first_positions(_mapped_keys(ng_selected, pred_to_gt_P, n_gt, C)[1], gt_keys)
+
+    matched = np.zeros(n_gt, bool)
+    matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
+    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
+    kept = np.flatnonzero(all_keys >= 0)
+    kept = kept[_first_occurrences(all_keys[kept])]
+    position = first_positions(all_keys[kept], gt_keys)
+    prank = np.full(len(relations_R3), -1)
+    prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
+    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_gc, first_pair, first_ng, prank,
+                           ng_selected[:, 2])
+    if confusion_k:
+        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, selected[:, 2], k_confusion, C)
+    return counts
+
+
+def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates,
+                  confusion_k=None):
+    """image_counts under OpenPSG's and Scene-Graph-Benchmark's rules: the rows of triplets and
+    ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
+    entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
+    ks = k_values(k_labels, len(relations_R3))
+    k_confusion = k_values([confusion_k], len(relations_R3))[0] if confusion_k else 0
+    first_gc, first_pair, _ = triplet_hits(triplets_N3, ok_PG, relations_R3, max(*ks, k_confusion), n_predicates)
+    first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
+    counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
+                           first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
+                           [min(k, LEGACY_NG_LIST) for k in ks])
+    if confusion_k:
+        counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, triplets_N3[:, 2], k_confusion,
+                                              n_predicates)
+    return counts
+
+
+def confusion_cells(relations_R3, first_gc_R, first_pair_R, row_predicates_N, k, n_predicates):
+    """One image's predicate confusion at cut-off k, as (2, U) int64 rows [cell, count]: cell =
+    GT predicate * (n_predicates + 1) + column, column = the GT triplet's own predicate when one
+    of the first k rows hits it, else the predicate of the first of them on its pair (first_pair_R,
+    a row index), else n_predicates (no prediction for the pair)."""
+    column = np.full(len(relations_R3), n_predicates, np.int64)
+    on_pair = (first_pair_R >= 0) & (first_pair_R < k)
+    column[on_pair] = row_predicates_N[first_pair_R[on_pair]]
+    hit = (first_gc_R >= 0) & (first_gc_R < k)
+    column[hit] = relations_R3[hit, 2]
+    cells, counts = np.unique(relations_R3[:, 2] * (n_predicates + 1) + column, return_counts=True)
+    return np.stack([cells, counts]).astype(np.int64)
+
+
+def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
+                  prank_R, ng_predicates_M, ng_ks=None):
+    """The count fields from where each GT triplet is found: first_gc_R / first_ng_R its position
+    in the GC / NG selection, first_pair_R that of its pair in the GC selection (-1 = not found),
+    prank_R its PRank rank (-1 = undefined); matched_G the GT instances matched; ng_predicates_M
+    the predicates of the NG list IMR walks (its position within its predicate is IMR's rank);
+    ng_ks: the cut-offs of the NG selection (default ks)."""
+    predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
+    gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
+    first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
+    rank_in_predicate = np.full(len(relations_R3), np.iinfo(np.int64).max)
+    found = first_ng_R >= 0
+    rank_in_predicate[found] = _occurrence_ranks(ng_predicates_M)[first_ng_R[found]]
+    listed = np.bincount(ng_predicates_M, minlength=C)
+    both_ends = matched_G[relations_R3[:, 0]] & matched_G[relations_R3[:, 1]]
+    appears = prank_R >= 0
+
+    def hit_masks(first, cutoffs):
+        return [(first >= 0) & (first < k) for k in cutoffs]
+
+    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks if ng_ks is None else ng_ks)
+    per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
+    return {
+        "gt_rel": np.bincount(predicate, minlength=C),
+        "gc_hits": per_predicate(gc),
+        "ng_hits": per_predicate(ng),
+        "gt_pairs": len(first_pair),
+        "pair_hits": [np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks],
+        "inf_hits": np.bincount(predicate[both_ends], minlength=C),
+        "gt_inst": len(matched_G),
+        "inst_hits": np.count_nonzero(matched_G),
+        "rank_sum": np.bincount(predicate[appears], prank_R[appears], minlength=C).astype(np.int64),
+        "rank_n": np.bincount(predicate[appears], minlength=C),
+        "z_gt": np.count_nonzero(zeroshot_R),
+        "z_gc_hits": [np.count_nonzero(m & zeroshot_R) for m in gc],
+        "z_ng_hits": [np.count_nonzero(m & zeroshot_R) for m in ng],
+        "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
+        "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
+        "a_hits": np.zeros(len(ks), np.int64),  # set by evaluate_image for sgcls / predcls
+    }
+
+
+def count_shapes(n_k, n_imr, n_predicates):
+    """Shape of every per-image count field (the image axis excluded)."""
+    C = n_predicates
+    return {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
+            "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
+            "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
+            "imr_short": (n_imr,), "a_hits": (n_k,)}
+
+
+# ---------------------------------------------------------------------------------------------
 # Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
 
@@ -2712,7 +2717,7 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation driver and report
+# The file path (evaluate, update_from_file) and the results dict
 # ---------------------------------------------------------------------------------------------
 
 
