@@ -811,6 +811,14 @@ class Evaluator:
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
         self.reset()
 
+    def __getstate__(self):  # pickle and copy: the updates evaluated, no threads
+        self._drain()
+        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._free = threading.BoundedSemaphore(2 * self.config.workers)
+
     def reset(self):
         """Forget every update."""
         self._drain(raise_problems=False)
