@@ -4,11 +4,12 @@ reset / sync / compute.
 Exactness: an Evaluator fed the demo's predictions as arrays gives the results JSON of
 sgeval.evaluate on the same predictions written as a file, byte for byte, in every task and mode
 with every protocol; so do halves merged in either order, padded duplicates and two ranks
-synced. compute's two scopes (missing "empty" and "skip"). The argument forms: the panoptic
-form, 0/1 integer masks, torch-like tensors, ng_triplets left out, ids compared as strings.
-Every bad update and every tampered state is refused with an SGEvalError naming image and field,
-and changes nothing; states of another configuration do not merge. sync with a stand-in
-all_gather_object over two threads as ranks.
+synced, and any split of the images into shards, any order of updates and any merge tree (a
+hypothesis property). compute's two scopes (missing "empty" and "skip"). The argument forms:
+the panoptic form, 0/1 integer masks, torch-like tensors, ng_triplets left out, ids compared as
+strings. Every bad update and every tampered state is refused with an SGEvalError naming image
+and field, and changes nothing; states of another configuration do not merge. sync with a
+stand-in all_gather_object over two threads as ranks.
 """
 
 import copy
@@ -22,6 +23,8 @@ import numpy as np
 import pytest
 from conftest import BOTTOM, TOP_LEFT, TOP_RIGHT, checked, matching, perfect_case, pred_record, rewrite_json, \
     write_train_gt, write_yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sgeval
 
@@ -798,3 +801,48 @@ def test_sync_without_torch_is_a_no_op(demo):
     evaluator = feed(sgeval.Evaluator(demo.config()), demo.updates[:4])
     before = state_bytes(evaluator)
     assert evaluator.sync() is evaluator and state_bytes(evaluator) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# The property: any sharding, update order, merge tree and padding gives the file's results
+
+RANKS = 4
+
+
+@pytest.fixture(scope="module")
+def rank_pool(demo):
+    """RANKS Evaluators per mode, reset by each example (building them once keeps the test fast)."""
+    return {mode: [sgeval.Evaluator(demo.config(mode)) for _ in range(RANKS)] for mode in ("mask", "box")}
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_any_sharding_order_padding_and_merge_tree(demo, rank_pool, data):
+    """The demo's images (the extra one included) spread over 1-4 ranks in any way, updated in any
+    interleaved order, up to 6 padded duplicates on any rank, then the ranks merged pairwise in a
+    random tree (each merge passing an Evaluator, its state_dict or a pickled copy): the results
+    JSON equals the file's in mask and box mode, apart from images.duplicate_updates, which counts
+    the padding."""
+    mode = data.draw(st.sampled_from(["mask", "box"]), label="mode")
+    n_ranks = data.draw(st.integers(1, RANKS), label="ranks")
+    n_images = len(demo.updates)
+    ranks = data.draw(st.lists(st.integers(0, n_ranks - 1), min_size=n_images, max_size=n_images), label="shards")
+    padding = data.draw(st.lists(st.tuples(st.integers(0, n_images - 1), st.integers(0, n_ranks - 1)), max_size=6),
+                        label="padding")
+    plan = data.draw(st.permutations(list(enumerate(ranks)) + padding), label="order")
+    evaluators = rank_pool[mode][:n_ranks]
+    for evaluator in evaluators:
+        evaluator.reset()
+    for index, rank in plan:
+        evaluators[rank].update(demo.updates[index][0], **demo.updates[index][1])
+    live = list(evaluators)
+    while len(live) > 1:
+        target = live.pop(data.draw(st.integers(0, len(live) - 1), label="target"))
+        source = live.pop(data.draw(st.integers(0, len(live) - 1), label="source"))
+        form = data.draw(st.sampled_from(["evaluator", "state", "pickled"]), label="form")
+        target.merge(source if form == "evaluator" else source.state_dict() if form == "state" else
+                     pickle.loads(pickle.dumps(source.state_dict())))
+        live.append(target)
+    results = live[0].compute()
+    assert results["images"]["duplicate_updates"] == len(padding)
+    assert without_duplicates(results) == reference(demo, mode)
