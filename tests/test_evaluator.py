@@ -840,6 +840,55 @@ def test_a_failed_sync_changes_no_rank(demo):
 
 
 # ----------------------------------------------------------------------------------------------
+# Known gaps in the checks of update (expected behaviour; see the xfail reasons)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Evaluator.update with triplets=None raises a raw KeyError('triplets') from update_arrays "
+    "(rows['triplets']), not an SGEvalError"))
+def test_triplets_none_is_refused(small):
+    """triplets=None (not an array) is an SGEvalError naming field 'triplets', and nothing changes."""
+    evaluator = evaluator_of(small["mask"])
+    with pytest.raises(sgeval.SGEvalError) as info:
+        evaluator.update("102", **{**GOOD, "triplets": None})
+    assert matching(checked(info.value), "Evaluator.update", "102", "'triplets'")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Evaluator._unknown_image calls int(image_id) after str.isdigit(), which is True for digits int() "
+    "does not read ('²'): a raw ValueError instead of the unknown-image SGEvalError"))
+def test_an_id_of_unicode_digits_is_an_unknown_image(small):
+    """'²' is not an image of the GT: the unknown-image SGEvalError (no traceback)."""
+    with pytest.raises(sgeval.SGEvalError) as info:
+        evaluator_of(small["mask"]).update("²", **GOOD)
+    assert matching(checked(info.value), "Evaluator.update", "²", "test split")
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (2, 0), (0, 5), (3, 0, 3)], ids=str)
+@pytest.mark.xfail(strict=True, reason=(
+    "_update_field reshapes any empty array to (0, 3), so triplets of shape (1, 0) (np.array([[]])), (2, 0), "
+    "(0, 5) or (3, 0, 3) are taken as no rows; the file reader refuses [[]] (not [3 integers] rows)"))
+def test_empty_rows_of_a_wrong_shape_are_refused(small, shape):
+    """Empty triplets whose shape is not (0,) or (0, 3) are refused like the file's [[]]."""
+    with pytest.raises(sgeval.SGEvalError) as info:
+        evaluator_of(small["mask"]).update("102", **{**GOOD, "triplets": np.zeros(shape, np.int64)})
+    assert matching(checked(info.value), "Evaluator.update", "102", "'triplets'")
+
+
+@pytest.mark.parametrize("tail", [(), (160,), (120, 159)], ids=["(P,)", "(P, 160)", "(P, 120, 159)"])
+@pytest.mark.xfail(strict=True, reason=(
+    "update_masks checks masks against the GT size only for evaluated images: for a test image without "
+    "relations (height, width None) any shape with P first passes, even 1-D or 2-D arrays"))
+def test_masks_of_an_image_without_relations_are_checked(demo, tail):
+    """Masks of the extra image 1050 (120 x 160 in psg.json) that are not (P, 120, 160) are refused."""
+    arguments = demo.arguments(DEMO_EXTRA)
+    masks = np.zeros((len(arguments["labels"]), *tail), bool)
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.Evaluator(demo.config()).update(DEMO_EXTRA, **{**arguments, "masks": masks})
+    assert matching(checked(info.value), "Evaluator.update", DEMO_EXTRA, "'masks'")
+
+
+# ----------------------------------------------------------------------------------------------
 # The property: any sharding, update order, merge tree and padding gives the file's results
 
 RANKS = 4
