@@ -510,7 +510,7 @@ class GroundTruth:
     images: list  # [GTImage] in psg.json order
     skipped_no_relations: int
     training: tuple  # training_statistics() of the data entries outside test_image_ids
-    skipped_ids: frozenset = frozenset()  # the test images without relations (not evaluated)
+    skipped: dict = dataclasses.field(default_factory=dict)  # test images without relations: id -> (height, width)
 
 
 def _types(values):
@@ -613,7 +613,7 @@ def read_gt(gt_path, seg_root=None):
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, train = [], [], set(), set(), []
+    problems, images, skipped, seen, train = [], [], {}, set(), []
     for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
         if not _types(names) <= {str} or len(set(names)) < len(names):
             problems.append(f"{gt_path}: the {kind} names must be distinct strings")
@@ -636,7 +636,7 @@ def read_gt(gt_path, seg_root=None):
             continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
-            skipped.add(entry.image_id)
+            skipped[entry.image_id] = entry.height, entry.width
             continue
         if len(boxes) != len(categories):
             problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(categories)}")
@@ -666,7 +666,7 @@ def read_gt(gt_path, seg_root=None):
     training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
     if problems:
         raise SGEvalError(problems)
-    return GroundTruth(objects, predicates, images, len(skipped), training, frozenset(skipped))
+    return GroundTruth(objects, predicates, images, len(skipped), training, skipped)
 
 
 def _load_annotations(path, keys, what="JSON"):
@@ -831,9 +831,10 @@ class Evaluator:
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
         image_id = str(image_id)
         slot, where = self.slot_of.get(image_id), f"Evaluator.update: image {image_id}"
-        if slot is None and image_id not in self.gt.skipped_ids:
+        if slot is None and image_id not in self.gt.skipped:
             raise SGEvalError([self._unknown_image(image_id, where)])
-        height, width = (self.gt.images[slot].height, self.gt.images[slot].width) if slot is not None else (None, None)
+        image = self.gt.images[slot] if slot is not None else None
+        height, width = (image.height, image.width) if image is not None else self.gt.skipped[image_id]
         pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
                              len(self.gt.object_classes), self.settings, height, width)
         digest = prediction_digest(pred)
@@ -874,7 +875,7 @@ class Evaluator:
 
     def _unknown_image(self, image_id, where):
         text = f"{where}: not an image of the GT's test split (test_image_ids of {self.config.gt})"
-        if image_id.isdigit() and int(image_id) < len(self.gt.images):
+        if re.fullmatch("[0-9]{1,18}", image_id) and int(image_id) < len(self.gt.images):
             text += (f"; it looks like a dataset index: the evaluated image at index {int(image_id)} has "
                      f"image_id {self.gt.images[int(image_id)].image_id} (pass the GT's image_id)")
         return text
@@ -941,9 +942,16 @@ class Evaluator:
             all_gather_object, world_size = dist.all_gather_object, dist.get_world_size()
         gathered = [None] * world_size
         all_gather_object(gathered, self.state_dict())
+        if all(_same_state(state, gathered[0]) for state in gathered[1:]):  # synced already, nothing new
+            gathered = gathered[:1]
+        saved = self.images, self.extra, self.other_records
         self.reset()
-        for state in gathered:
-            self.merge(state)
+        try:
+            for state in gathered:
+                self.merge(state)
+        except SGEvalError:
+            self.images, self.extra, self.other_records = saved
+            raise
         return self
 
     def fingerprint(self):
@@ -963,13 +971,13 @@ class Evaluator:
         where = "state_dict"
         if not isinstance(state, dict) or state.get("sgeval_state") != 1:
             raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
-        if state.get("fingerprint") != self.fingerprint():
+        if not isinstance(state.get("fingerprint"), str) or state["fingerprint"] != self.fingerprint():
             raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
                                f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit or "
                                f"confusion_k differ); states merge only under the same one"])
         try:
-            return _state_records(state, len(self.gt.images), self.gt.skipped_ids, self.settings)
-        except (KeyError, TypeError, ValueError, IndexError) as error:
+            return _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
             raise SGEvalError([f"{where}: malformed state: {type(error).__name__}: {error}"]) from None
 
     def compute(self, missing="empty"):
@@ -1017,6 +1025,15 @@ class Evaluator:
 
 
 DIGEST = 16  # bytes of an update's digest
+
+
+def _same_state(a, b):
+    """Whether two state_dicts hold the same updates (every rank's after a sync)."""
+    try:
+        return a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) if isinstance(a[key], np.ndarray)
+                                            else a[key] == b[key] for key in a)
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 class ImageRecord(typing.NamedTuple):
@@ -1121,19 +1138,16 @@ def unpack_record(values, settings):
     return columns, blocks, audit, check
 
 
-def _state_records(state, n_slots, skipped_ids, settings):
-    """The ImageRecords of a state_dict ({slot: ...}, {image id: ...}); ValueError, KeyError,
-    TypeError or IndexError when it is malformed."""
-    slots, updates, digests, offsets, values = (np.asarray(state[key]) for key in
-                                                ("slots", "updates", "digests", "offsets", "values"))
-    n = len(slots)
-    if not (slots.dtype.kind in "iu" and updates.dtype.kind in "iu" and offsets.dtype.kind in "iu"
-            and values.dtype.kind in "iu" and digests.dtype == np.uint8):
-        raise TypeError("the arrays must hold integers")
-    if updates.shape != (n,) or digests.shape != (n, DIGEST) or offsets.shape != (n + 1,) or values.ndim != 1:
-        raise ValueError("the arrays' shapes do not agree")
-    if n and (slots.min() < 0 or slots.max() >= n_slots or len(np.unique(slots)) < n or updates.min() < 1):
-        raise ValueError("image slots out of range or repeated, or an update count below 1")
+def _state_records(state, n_slots, skipped, settings):
+    """The ImageRecords of a state_dict ({slot: ...}, {image id: ...}) and its other_records;
+    ValueError, KeyError, TypeError, IndexError or OverflowError when it is malformed."""
+    slots, updates, digests, offsets = _state_arrays(state, ("slots", "updates", "digests", "offsets"), DIGEST)
+    values = np.asarray(state["values"])
+    if values.dtype.kind not in "iu" or values.ndim != 1 or values.size and (values.astype(np.int64).min() < 0
+                                                                             or values.max() > 2 ** 62):
+        raise ValueError("'values' must be one row of counts (non-negative integers)")
+    if len(slots) and (slots.min() < 0 or slots.max() >= n_slots) or len(np.unique(slots)) < len(slots):
+        raise ValueError("image slots out of range or repeated")
     if offsets[0] != 0 or offsets[-1] != len(values) or (np.diff(offsets) < 1).any():
         raise ValueError("the record offsets do not cover the values")
     images = {}
@@ -1141,17 +1155,33 @@ def _state_records(state, n_slots, skipped_ids, settings):
         record = values[start:stop].astype(np.int64)
         unpack_record(record, settings)
         images[slot] = ImageRecord(digest.tobytes(), count, _smallest(record))
-    extra_ids, extra_updates, extra_digests = (state[key] for key in ("extra_ids", "extra_updates", "extra_digests"))
-    if len(extra_ids) != len(extra_updates) or len(extra_ids) != len(extra_digests) \
-            or not set(map(str, extra_ids)) <= skipped_ids or len(set(map(str, extra_ids))) < len(extra_ids):
-        raise ValueError("the extra images are not test images without relations, or do not agree")
-    extra = {str(image_id): ImageRecord(bytes(np.asarray(digest, np.uint8)), int(count), None)
-             for image_id, count, digest in zip(extra_ids, extra_updates, extra_digests)}
-    other_records = state["other_records"]
-    if (extra and min(record.updates for record in extra.values()) < 1) or type(other_records) is not int \
-            or other_records < 0:
-        raise ValueError("an update count below 1, or other_records is not a count")
-    return images, extra, other_records
+    extra_ids = state["extra_ids"]
+    if not isinstance(extra_ids, list) or not all(isinstance(i, str) and i in skipped for i in extra_ids) \
+            or len(set(extra_ids)) < len(extra_ids):
+        raise ValueError("'extra_ids' must list distinct test images without relations")
+    extra_updates, extra_digests = _state_arrays(state, ("extra_updates", "extra_digests"), DIGEST, len(extra_ids))
+    extra = {image_id: ImageRecord(digest.tobytes(), count, None)
+             for image_id, count, digest in zip(extra_ids, extra_updates.tolist(), extra_digests)}
+    if type(state["other_records"]) is not int or state["other_records"] < 0:
+        raise ValueError("'other_records' must be a count")
+    return images, extra, state["other_records"]
+
+
+def _state_arrays(state, keys, digest_size, n=None):
+    """The state's arrays named keys: [ids or slots (n,),] update counts (n,) >= 1, digests (n,
+    digest_size) uint8[, offsets (n + 1,)], checked."""
+    arrays = [np.asarray(state[key]) for key in keys]
+    n = len(arrays[0]) if n is None else n
+    shapes = {"slots": (n,), "updates": (n,), "extra_updates": (n,), "digests": (n, digest_size),
+              "extra_digests": (n, digest_size), "offsets": (n + 1,)}
+    for key, array in zip(keys, arrays):
+        if array.shape != shapes[key] or array.dtype.kind not in "iu" or key.endswith("digests") and array.dtype != np.uint8:
+            raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
+                             + " and dtype uint8" * key.endswith("digests"))
+    counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
+    if counts.size and (counts.min() < 1 or counts.max() > 2 ** 62):
+        raise ValueError("an update count below 1 or beyond 2**62")
+    return arrays
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1175,7 +1205,7 @@ def _update_field(value, name, shape, kinds, where, problems):
     except (ValueError, TypeError, RuntimeError) as error:
         problems.append(f"{where}: field '{name}' is not an array: {error}")
         return None
-    if array.size == 0 and len(shape) == 2:
+    if array.shape == (0,) and len(shape) == 2:  # an empty list: no rows
         array = array.reshape(0, shape[1])
     kind = "integers" if kinds == "iu" else "numbers"
     if array.dtype.kind not in kinds and array.size:
@@ -1197,7 +1227,10 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
     """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
     masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
     checked)."""
-    problems = []
+    problems = [f"{where}: field '{name}' is required (an empty array is valid)"
+                for name, value in (("labels", labels), ("triplets", triplets)) if value is None]
+    if problems:
+        raise SGEvalError(problems)
     labels = _update_field(labels, "labels", (None,), "iu", where, problems)
     rows = {name: _update_field(value, name, (None, 3), "iu", where, problems)
             for name, value in (("triplets", triplets), ("ng_triplets", ng_triplets)) if value is not None}
@@ -2835,7 +2868,7 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
     def tasks():
         for pred in records:
             slot = evaluator.slot_of.get(pred.image_id)
-            if slot is None and pred.image_id in gt.skipped_ids:
+            if slot is None and pred.image_id in gt.skipped:
                 evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
             elif slot is None:
                 evaluator.other_records += 1

@@ -732,19 +732,8 @@ TAMPERINGS = ["not a dict", "no sgeval_state", "sgeval_state 2", "another finger
               "negative slot", "slot repeated", "update count 0", "digests of 8 bytes", "float values",
               "predicate column out of range", "columns count beyond the record", "extra id of an evaluated image",
               "extra id repeated", "extra update count 0", "extra ids not a list", "other_records -1",
-              "other_records 1.5", "slots None",
-              pytest.param("fingerprint an array", marks=pytest.mark.xfail(strict=True, reason=(
-                  "Evaluator._read_state compares state['fingerprint'] != self.fingerprint() outside its try: an "
-                  "array fingerprint raises numpy's 'truth value of an array is ambiguous' ValueError"))),
-              pytest.param("extra digest of 3 bytes", marks=pytest.mark.xfail(strict=True, reason=(
-                  "_state_records does not check the shape of extra_digests: a 3-byte digest is accepted, and the "
-                  "next state_dict() raises a raw ValueError (cannot reshape array of size 3 into shape (16))"))),
-              pytest.param("extra digest beyond a byte", marks=pytest.mark.xfail(strict=True, reason=(
-                  "_state_records converts extra_digests with np.asarray(digest, np.uint8): a value of 300 raises a "
-                  "raw OverflowError, which _read_state does not catch"))),
-              pytest.param("a negative count", marks=pytest.mark.xfail(strict=True, reason=(
-                  "_state_records / unpack_record accept negative values in a record (pack_record only writes "
-                  "non-negative counts), so a state with a negative count merges and compute() uses it")))]
+              "other_records 1.5", "slots None", "fingerprint an array", "extra digest of 3 bytes",
+              "extra digest beyond a byte", "a negative count"]
 
 
 @pytest.mark.parametrize("name", TAMPERINGS)
@@ -815,18 +804,19 @@ def test_sync_of_two_ranks(demo):
     for evaluator in ranks:
         results = evaluator.compute()
         assert results["images"]["duplicate_updates"] == 2 and without_duplicates(results) == reference(demo)
+    synced = state_bytes(ranks[0])
+    assert Gather(2).run(ranks) == ranks  # a second sync: every rank holds the union already
+    assert state_bytes(ranks[0]) == state_bytes(ranks[1]) == synced
 
 
 def test_sync_without_torch_is_a_no_op(demo):
-    """Without a stand-in and without torch (not installed), sync leaves the state as it is."""
+    """Without a stand-in and without a torch.distributed process group, sync leaves the state as
+    it is."""
     evaluator = feed(sgeval.Evaluator(demo.config()), demo.updates[:4])
     before = state_bytes(evaluator)
     assert evaluator.sync() is evaluator and state_bytes(evaluator) == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Evaluator.sync resets the state, then merges the gathered states one by one: when rank 1's "
-    "state conflicts with rank 0's, rank 1 is left holding rank 0's state"))
 def test_a_failed_sync_changes_no_rank(demo):
     """Two ranks predicted one image differently: sync fails on both ranks with an SGEvalError
     naming the image, and each rank keeps its own state (as a failed merge does)."""
@@ -840,12 +830,9 @@ def test_a_failed_sync_changes_no_rank(demo):
 
 
 # ----------------------------------------------------------------------------------------------
-# Known gaps in the checks of update (expected behaviour; see the xfail reasons)
+# Gaps the first version of update's checks had
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Evaluator.update with triplets=None raises a raw KeyError('triplets') from update_arrays "
-    "(rows['triplets']), not an SGEvalError"))
 def test_triplets_none_is_refused(small):
     """triplets=None (not an array) is an SGEvalError naming field 'triplets', and nothing changes."""
     evaluator = evaluator_of(small["mask"])
@@ -854,9 +841,6 @@ def test_triplets_none_is_refused(small):
     assert matching(checked(info.value), "Evaluator.update", "102", "'triplets'")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Evaluator._unknown_image calls int(image_id) after str.isdigit(), which is True for digits int() "
-    "does not read ('²'): a raw ValueError instead of the unknown-image SGEvalError"))
 def test_an_id_of_unicode_digits_is_an_unknown_image(small):
     """'²' is not an image of the GT: the unknown-image SGEvalError (no traceback)."""
     with pytest.raises(sgeval.SGEvalError) as info:
@@ -865,9 +849,6 @@ def test_an_id_of_unicode_digits_is_an_unknown_image(small):
 
 
 @pytest.mark.parametrize("shape", [(1, 0), (2, 0), (0, 5), (3, 0, 3)], ids=str)
-@pytest.mark.xfail(strict=True, reason=(
-    "_update_field reshapes any empty array to (0, 3), so triplets of shape (1, 0) (np.array([[]])), (2, 0), "
-    "(0, 5) or (3, 0, 3) are taken as no rows; the file reader refuses [[]] (not [3 integers] rows)"))
 def test_empty_rows_of_a_wrong_shape_are_refused(small, shape):
     """Empty triplets whose shape is not (0,) or (0, 3) are refused like the file's [[]]."""
     with pytest.raises(sgeval.SGEvalError) as info:
@@ -876,9 +857,6 @@ def test_empty_rows_of_a_wrong_shape_are_refused(small, shape):
 
 
 @pytest.mark.parametrize("tail", [(), (160,), (120, 159)], ids=["(P,)", "(P, 160)", "(P, 120, 159)"])
-@pytest.mark.xfail(strict=True, reason=(
-    "update_masks checks masks against the GT size only for evaluated images: for a test image without "
-    "relations (height, width None) any shape with P first passes, even 1-D or 2-D arrays"))
 def test_masks_of_an_image_without_relations_are_checked(demo, tail):
     """Masks of the extra image 1050 (120 x 160 in psg.json) that are not (P, 120, 160) are refused."""
     arguments = demo.arguments(DEMO_EXTRA)
