@@ -65,6 +65,15 @@ def predictions():
                        labels=np.array([1, 1]), predict_logits=np.zeros((2, 5), np.float32))]
 
 
+def resized_predictions():
+    """predictions() stored at another size: image 11 (32 x 24) at (64, 48), a ratio of 0.5 both
+    ways; image 12 (16 x 16) at (20, 16) in xywh, ratios 0.8 and 1."""
+    preds = predictions()
+    preds[0].state.update(bbox=f32([[0, 0, 20, 20], [10, 10, 40, 30], [2, 4, 6, 8]]), size=(64, 48))
+    preds[1].state.update(bbox=f32([[2.5, 2, 7, 7], [0, 0, 5, 5]]), size=(20, 16), mode="xywh")
+    return preds
+
+
 @pytest.fixture
 def gt(tmp_path):
     return write_gt(tmp_path / "vg.json")
@@ -162,11 +171,8 @@ def test_a_box_count_other_than_the_gt_is_counted_in_predcls_and_sgcls(tmp_path,
 
 
 def test_boxes_are_resized_as_boxlist_resize_does(tmp_path, gt):
-    # image 11 is 32 x 24: stored at (64, 48) -> ratio 0.5 both ways; at (40, 24) in xywh -> 0.8 and 1
-    preds = predictions()
-    preds[0].state.update(bbox=f32([[0, 0, 20, 20], [10, 10, 40, 30], [2, 4, 6, 8]]), size=(64, 48))
-    preds[1].state.update(bbox=f32([[2.5, 2, 7, 7], [0, 0, 5, 5]]), size=(20, 16), mode="xywh")
-    summary = sgb.convert(write_results(tmp_path / "r.pytorch", preds, gts=None), tmp_path / "out.zip", gt)
+    summary = sgb.convert(write_results(tmp_path / "r.pytorch", resized_predictions(), gts=None), tmp_path / "out.zip",
+                          gt)
     records = read(tmp_path / "out.zip")
     assert records["11"].boxes.tolist() == [[0, 0, 10, 10], [5, 5, 20, 15], [1, 2, 3, 4]]
     ratio = np.float32(16 / 20)  # x only; xywh -> xyxy (x2 = x1 + w - 1) -> scaled -> xywh -> xyxy
@@ -283,14 +289,6 @@ class LiveBoxList:
         self.bbox, self.size, self.mode = LiveTensor(state["bbox"]), state["size"], state["mode"]
         self.extra_fields = {name: LiveTensor(value) for name, value in state["extra_fields"].items()}
         self.triplet_extra_fields = list(state["triplet_extra_fields"])
-
-
-def resized_predictions():
-    """predictions() with boxes at the model's input size (twice the GT's for image 11, xywh for 12)."""
-    preds = predictions()
-    preds[0].state.update(bbox=f32([[0, 0, 20, 20], [10, 10, 40, 30], [2, 4, 6, 8]]), size=(64, 48))
-    preds[1].state.update(bbox=f32([[2.5, 2, 7, 7], [0, 0, 5, 5]]), size=(20, 16), mode="xywh")
-    return preds
 
 
 def live_updates(gt, preds, task, groundtruths=None):
