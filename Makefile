@@ -40,6 +40,7 @@ PYTHON_BOOT := $(shell command -v python3.11 2>/dev/null || command -v python3 2
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
@@ -68,6 +69,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 # Test-only: tests/test_sgbench.py checks sgeval against SGBench 1.0 (sgeval.py never imports it).
 # --no-deps: sgbench 1.0.0 declares numpy<2, but its code runs on the pinned numpy 2.x above.
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps sgbench==1.0.0
+# Test-only: tests/test_evaluator_distributed.py runs Evaluator.sync in real torch.distributed (gloo) ranks. torch's
+# CPU build is installed only where pip finds its wheel on the machine (find-links): the index would serve a CUDA
+# build of several GB. Elsewhere that test is skipped (tests/test_evaluator.py checks sync with a stand-in).
+	@if $(PY) -m pip install -q --dry-run --no-index --no-deps 'torch==$(TORCH_CPU)' >/dev/null 2>&1; then \
+	  echo "installing torch $(TORCH_CPU) (the CPU build on this machine) for the distributed test"; \
+	  $(PY) -m pip install --disable-pip-version-check -q 'torch==$(TORCH_CPU)'; fi
 	@touch $@
 
 # (Re)generate the demo data when a file is missing or the generator changed.

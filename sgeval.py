@@ -2,24 +2,83 @@
 
 One self-contained file: copy it into your repository and import it, or run it.
 
-Quick start
------------
+Three ways to evaluate
+----------------------
+In the model's test loop, no file written (the Evaluator; see below)::
+
+    import sgeval
+    evaluator = sgeval.Evaluator("configs/psg.yaml")   # a YAML path, a Config or a mapping; no pred
+    for image_id, output in test_loop():               # your model's outputs, image by image
+        evaluator.update(image_id, labels=output.labels, masks=output.masks,
+                         triplets=output.triplets, ng_triplets=output.ng_triplets)
+    evaluator.sync()                                   # under torch.distributed: every rank's images
+    results = evaluator.compute()                      # the results dict, as below
+    print(sgeval.format_table(results))
+
+A prediction file from Python, or from the command line::
+
+    results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
     python sgeval.py --config configs/psg.yaml
     python sgeval.py --gt psg.json --gt-seg panoptic/ --pred pred.zip --k 20,50,100,x10
     python sgeval.py report results/*.json --format latex   # paper tables (sgeval_report.py, beside this file)
 
-    import sgeval
-    results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
-    print(results["metrics"]["mR@50"])
+``evaluate`` is an Evaluator updated with the file's records: the same numbers, to the bit.
+
+The Evaluator
+-------------
+``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once.
+``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None)``
+takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
+the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
+float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
+plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, for instances
+that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
+pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
+SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
+best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets". In box mode
+``masks`` are ignored, as ``seg_filename`` is.
+
+* An update is checked before it touches the state, with the file reader's rules and messages
+  (the image id and the field): the image is one of the GT's test images (an id that looks like
+  an index into the evaluated images gets a hint), integer dtypes, one P for every field,
+  categories and indices in range, finite boxes (box mode: x1 <= x2, y1 <= y2), masks of exactly
+  the GT image's (H, W). A bad update raises SGEvalError and changes nothing.
+* Image ids compare as ``str(id)``. A test image without relations is not evaluated; its updates
+  count as ``extra_predictions``. The same image updated again with identical arrays counts once
+  (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
+  arrays it is an error naming the image. Results never depend on the order of updates or merges.
+* ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
+  image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
+  beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
+  other method waits for them first. An Evaluator is used from one thread.
+* ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
+  update are scored as predicting nothing and counted (``missing_predictions``), as a file
+  without their records. ``missing="skip"`` evaluates the updated images only (a quick validation
+  on part of the split; ``images.scope`` is ``updated``). compute leaves the state as it is.
+* The state is, per updated image, a digest of its arrays, its update count and its counts
+  (``pack_record``: integers in the smallest dtype, per-predicate counts at the predicates of its
+  GT only), never the predictions. ``state_dict()`` is a picklable dict of integer numpy arrays;
+  ``merge(other)`` (an Evaluator or a state_dict; commutative and associative) and
+  ``load_state_dict(state)`` refuse a malformed state and one made under another fingerprint: the
+  sgeval version, the SHA-256 of the gt, train_gt and zeroshot_triplets files (not the PNGs), the
+  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit and confusion_k (what
+  decides the counts; metrics, aggregation and groups only decide what compute reports).
+  ``reset()`` forgets every update. ``sync()``: under torch.distributed (when the caller imported
+  torch and initialised a process group), one ``all_gather_object`` of the state, then every rank
+  merges all of them and holds the same state (``sync(all_gather_object=f, world_size=n)`` stands
+  in for it).
 
 How one image flows
 -------------------
-1. Read. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays; ``prediction_records``
-   reads triplets.json record by record into checked ``PredImage`` arrays. ``count_images`` makes
-   an ``ImageTask`` of each and hands it to ``evaluate_image`` (in worker processes if asked).
-2. Masks. ``load_gt_masks`` decodes the panoptic PNG (imagecodecs) and packs each segment into a
-   row of 64-bit words (``pack_segments``); ``load_pred_masks`` reads the TIFF's layout with
-   tifffile and inflates its pages (imagecodecs) into the same rows. ``mask_boxes`` gives each
+1. GT. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays (``Evaluator`` does it
+   once). ``load_gt_masks`` decodes an image's panoptic PNG (imagecodecs) and packs each segment
+   into a row of 64-bit words (``pack_segments``).
+2. Update. ``Evaluator.update`` checks its arrays (``update_arrays``, ``update_masks``: masks
+   packed with ``pack_masks``) into a ``PredImage``; the file path reads triplets.json record by
+   record into the same ``PredImage`` (``prediction_records``) and ``update_from_file`` hands each
+   to ``evaluate_image`` in worker processes if asked, whose masks ``load_pred_masks`` inflates
+   from the TIFF (tifffile reads its layout, imagecodecs its pages). ``mask_boxes`` gives each
    mask's area and box, which prune the IoU work.
 3. Match. ``task_instances`` puts the GT's instances in place of a PredCls prediction's.
    ``mask_iou`` (or ``box_iou``) compares predictions with the GT instances of their category;
@@ -27,9 +86,11 @@ How one image flows
    map predictions to GT; openpsg and sgb keep every pair meeting the IoU). For SingleMPO and the
    audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
 4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
-   a Matching and the triplet lists into integer counts per cut-off and predicate: an ``ImageResult``.
-5. Aggregate. ``CountStore`` keeps every image's counts; ``aggregate`` turns them into metrics,
-   ``build_results`` into the results dict, ``format_table`` into the printed table.
+   a Matching and the triplet lists into integer counts per cut-off and predicate: an
+   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array.
+5. Aggregate. ``Evaluator.compute`` unpacks the records (``unpack_record``) into a ``CountStore``
+   per protocol; ``aggregate`` turns them into metrics, ``build_results`` into the results dict,
+   ``format_table`` into the printed table.
 
 Ground truth (OpenPSG ``psg.json``)
 -----------------------------------
@@ -202,8 +263,10 @@ __version__ = "0.1.0"
 import codecs
 import collections
 import collections.abc
+import concurrent.futures
 import dataclasses
 import gc
+import hashlib
 import importlib
 import io
 import itertools
@@ -232,7 +295,8 @@ from PIL import Image
 
 log = logging.getLogger("sgeval")
 
-# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work.
+# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
+# release the GIL: an Evaluator's threads run them while the model's thread runs Python.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
@@ -360,15 +424,16 @@ def _number(key, value, low, high, source, problems, open_low=False):
     return 0.0
 
 
-def make_config(values, source="config"):
-    """Build a validated Config from a mapping; all problems are reported together."""
+def make_config(values, source="config", need_pred=False):
+    """Build a validated Config from a mapping; all problems are reported together. ``pred`` is
+    needed by evaluate() only (need_pred: report it missing with the rest)."""
     fields = {f.name: f.default for f in dataclasses.fields(Config)}
     problems = [f"{source}: unknown key '{key}'; valid keys: {', '.join(fields)}"
                 for key in values if key not in fields]
     if problems:
         raise SGEvalError(problems)
     merged = {**fields, **values}
-    problems += [f"{source}: '{key}' is required" for key in ("gt", "pred") if not merged[key]]
+    problems += [f"{source}: '{key}' is required" for key in ("gt", "pred")[:1 + need_pred] if not merged[key]]
     lists = {key: tuple(dict.fromkeys(map(str, _as_list(merged[key])))) for key in ("metrics", "protocols")}
     for key, allowed in (("metrics", METRIC_FAMILIES), ("protocols", PROTOCOLS)):
         problems += [f"{source}: unknown {key[:-1]} '{name}'; valid: {', '.join(allowed)}"
@@ -398,7 +463,7 @@ def make_config(values, source="config"):
     return config
 
 
-def load_config(path=None, **overrides):
+def load_config(path=None, *, need_pred=False, **overrides):
     """Config from a YAML file (optional) with keyword overrides; None overrides are ignored."""
     values = {}
     if path is not None:
@@ -413,7 +478,7 @@ def load_config(path=None, **overrides):
         if nested:  # never printed or walked: an alias bomb expands only when it is
             raise SGEvalError([f"{path}: '{key}' must be a value or a list of values" for key in map(str, nested)])
     values.update({key: value for key, value in overrides.items() if value is not None})
-    return make_config(values, source=str(path) if path else "config")
+    return make_config(values, source=str(path) if path else "config", need_pred=need_pred)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +510,7 @@ class GroundTruth:
     images: list  # [GTImage] in psg.json order
     skipped_no_relations: int
     training: tuple  # training_statistics() of the data entries outside test_image_ids
+    skipped_ids: frozenset = frozenset()  # the test images without relations (not evaluated)
 
 
 def _types(values):
@@ -547,7 +613,7 @@ def read_gt(gt_path, seg_root=None):
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, train = [], [], 0, set(), []
+    problems, images, skipped, seen, train = [], [], set(), set(), []
     for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
         if not _types(names) <= {str} or len(set(names)) < len(names):
             problems.append(f"{gt_path}: the {kind} names must be distinct strings")
@@ -570,7 +636,7 @@ def read_gt(gt_path, seg_root=None):
             continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
-            skipped += 1
+            skipped.add(entry.image_id)
             continue
         if len(boxes) != len(categories):
             problems.append(f"{where}: annotations has {len(boxes)} entries, segments_info {len(categories)}")
@@ -600,7 +666,7 @@ def read_gt(gt_path, seg_root=None):
     training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
     if problems:
         raise SGEvalError(problems)
-    return GroundTruth(objects, predicates, images, skipped, training)
+    return GroundTruth(objects, predicates, images, len(skipped), training, frozenset(skipped))
 
 
 def _load_annotations(path, keys, what="JSON"):
@@ -705,7 +771,506 @@ def read_zeroshot(path, n_objects, n_predicates):
 
 
 # ---------------------------------------------------------------------------------------------
-# Readers and validation: predictions
+# The Evaluator: every image reduces to a record of integer counts; compute() aggregates them
+# ---------------------------------------------------------------------------------------------
+
+
+class Panoptic(typing.NamedTuple):
+    """Masks of instances that do not overlap, for Evaluator.update: an (H, W) integer map of
+    segment ids and the (P,) segment id of each instance, in instance order."""
+
+    segment_map: object
+    segment_ids: object
+
+
+class Evaluator:
+    """Evaluate in a model's test loop: ``update`` once per image (in any order, on any number of
+    ranks), ``merge`` / ``sync`` the states, ``compute`` the results dict that ``evaluate`` returns.
+
+    config: a Config, a mapping of its fields or a YAML path (``pred`` is not needed). The GT, the
+    training statistics and the zero-shot list are read once, here. The state holds, per updated
+    image, a digest of its arrays, how often it was updated and its counts (``ImageRecord``): a
+    few hundred bytes, whatever the number of instances, masks or rows.
+    """
+
+    def __init__(self, config):
+        if isinstance(config, (str, os.PathLike)):
+            config = load_config(config)
+        self.config = config if isinstance(config, Config) else make_config(dict(config))
+        self.gt = read_gt(self.config.gt, self.config.gt_seg)
+        n_objects, n_predicates = len(self.gt.object_classes), len(self.gt.predicate_classes)
+        self.training = read_training(self.config.train_gt, n_objects, n_predicates) if self.config.train_gt \
+            else self.gt.training
+        given = read_zeroshot(self.config.zeroshot_triplets, n_objects, n_predicates) \
+            if self.config.zeroshot_triplets else None
+        mark_zeroshot(self.gt.images, self.training.types, given)
+        self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
+        self.settings = settings_of(self.config, n_predicates)
+        self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
+        self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
+        self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
+        self.reset()
+
+    def __getstate__(self):  # pickle and copy: the updates evaluated, no threads
+        self._drain()
+        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._free = threading.BoundedSemaphore(2 * self.config.workers)
+
+    def reset(self):
+        """Forget every update."""
+        self._drain(raise_problems=False)
+        self.images = {}  # slot -> ImageRecord
+        self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
+        self.other_records = 0  # update_from_file: records of images outside the test split
+
+    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None):
+        """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
+        docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
+        image_id = str(image_id)
+        slot, where = self.slot_of.get(image_id), f"Evaluator.update: image {image_id}"
+        if slot is None and image_id not in self.gt.skipped_ids:
+            raise SGEvalError([self._unknown_image(image_id, where)])
+        height, width = (self.gt.images[slot].height, self.gt.images[slot].width) if slot is not None else (None, None)
+        pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
+                             len(self.gt.object_classes), self.settings, height, width)
+        digest = prediction_digest(pred)
+        if slot is None:
+            return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
+        self._drain(finished_only=True)
+        if slot in self.images:
+            return self._add(self.images, slot, ImageRecord(digest, 1, None))
+        self._free.acquire()  # blocks while 2 x workers images wait for their evaluation
+        self.images[slot] = ImageRecord(digest, 1, None)  # its values when evaluated (_drain)
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix="sgeval")
+        self._running[slot] = self._pool.submit(self._evaluate, slot, pred)
+
+    def _evaluate(self, slot, pred):
+        """pack_record of one checked update (in one of the Evaluator's threads)."""
+        try:
+            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
+            if result.problems:  # the GT's PNG
+                raise SGEvalError(result.problems)
+            return pack_record(result, self.gt.images[slot], self.settings)
+        finally:
+            self._free.release()
+
+    def _drain(self, finished_only=False, raise_problems=True):
+        """Store the records of the evaluated updates (all: after waiting for them). An image whose
+        evaluation failed is forgotten, and its problems are raised."""
+        problems = []
+        for slot in [slot for slot, future in self._running.items() if future.done() or not finished_only]:
+            try:
+                values = self._running.pop(slot).result()
+                self.images[slot] = self.images[slot]._replace(values=values)
+            except SGEvalError as error:
+                del self.images[slot]
+                problems += error.problems
+        if problems and raise_problems:
+            raise SGEvalError(problems)
+
+    def _unknown_image(self, image_id, where):
+        text = f"{where}: not an image of the GT's test split (test_image_ids of {self.config.gt})"
+        if image_id.isdigit() and int(image_id) < len(self.gt.images):
+            text += (f"; it looks like a dataset index: the evaluated image at index {int(image_id)} has "
+                     f"image_id {self.gt.images[int(image_id)].image_id} (pass the GT's image_id)")
+        return text
+
+    def _add(self, table, key, record):
+        """Count another update of a known image (or the first); different arrays are an error."""
+        known = table.get(key)
+        if known is not None and known.digest != record.digest:
+            image_id = key if table is self.extra else self.gt.images[key].image_id
+            raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
+                               f"duplicate must repeat the same arrays)"])
+        table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
+
+    def state_dict(self):
+        """The state as a plain picklable dict of integer numpy arrays and the fingerprint."""
+        self._drain()
+        slots = sorted(self.images)
+        records = [self.images[slot] for slot in slots]
+        values = [record.values for record in records]
+        extra = sorted(self.extra)
+        return {"sgeval_state": 1, "fingerprint": self.fingerprint(),
+                "slots": np.array(slots, np.int64),
+                "updates": np.array([record.updates for record in records], np.int64),
+                "digests": np.frombuffer(b"".join(record.digest for record in records), np.uint8).reshape(-1, DIGEST),
+                "offsets": np.cumsum([0] + [len(v) for v in values], dtype=np.int64),
+                "values": _smallest(np.concatenate(values) if values else np.zeros(0, np.uint8)),
+                "extra_ids": extra,
+                "extra_updates": np.array([self.extra[i].updates for i in extra], np.int64),
+                "extra_digests": np.frombuffer(b"".join(self.extra[i].digest for i in extra),
+                                               np.uint8).reshape(-1, DIGEST),
+                "other_records": self.other_records}
+
+    def load_state_dict(self, state):
+        """Replace the state by a state_dict() (checked: same fingerprint, well formed)."""
+        self._drain()
+        self.images, self.extra, self.other_records = self._read_state(state)
+
+    def merge(self, other):
+        """Add another Evaluator's state or a state_dict (commutative and associative: updates of
+        an image add up). Nothing changes when it fails."""
+        self._drain()
+        images, extra, other_records = self._read_state(other.state_dict() if isinstance(other, Evaluator) else other)
+        saved = self.images, self.extra
+        self.images, self.extra = dict(self.images), dict(self.extra)
+        try:
+            for slot, record in images.items():
+                self._add(self.images, slot, record)
+            for image_id, record in extra.items():
+                self._add(self.extra, image_id, record)
+        except SGEvalError:
+            self.images, self.extra = saved
+            raise
+        self.other_records += other_records
+        return self
+
+    def sync(self, all_gather_object=None, world_size=None):
+        """Make every rank's state the merge of all ranks' states. Under torch.distributed (when
+        torch is imported and a process group is initialised) one all_gather_object of the state;
+        all_gather_object(output_list, obj) and world_size stand in for it. Else nothing to do."""
+        if all_gather_object is None:
+            dist = getattr(sys.modules.get("torch"), "distributed", None)
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return self
+            all_gather_object, world_size = dist.all_gather_object, dist.get_world_size()
+        gathered = [None] * world_size
+        all_gather_object(gathered, self.state_dict())
+        self.reset()
+        for state in gathered:
+            self.merge(state)
+        return self
+
+    def fingerprint(self):
+        """What a state depends on: the sgeval version, the GT, training and zero-shot files' bytes
+        and every setting that decides the counts."""
+        if self._fingerprint is None:
+            config, digest = self.config, hashlib.sha256()
+            for path in (config.gt, config.train_gt, config.zeroshot_triplets):
+                digest.update(_file_digest(path))
+            settings = self.settings._asdict()
+            digest.update(json.dumps([__version__, settings], sort_keys=True).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+    def _read_state(self, state):
+        """{slot: ImageRecord}, {image id: ImageRecord}, other_records of a state_dict, after checking it."""
+        where = "state_dict"
+        if not isinstance(state, dict) or state.get("sgeval_state") != 1:
+            raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
+        if state.get("fingerprint") != self.fingerprint():
+            raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
+                               f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit or "
+                               f"confusion_k differ); states merge only under the same one"])
+        try:
+            return _state_records(state, len(self.gt.images), self.gt.skipped_ids, self.settings)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise SGEvalError([f"{where}: malformed state: {type(error).__name__}: {error}"]) from None
+
+    def compute(self, missing="empty"):
+        """The results dict (as ``evaluate`` returns it) of the updates so far; the state is left
+        as it is. missing: ``empty`` scores the GT images without an update as predicting
+        nothing (as a file without their records); ``skip`` evaluates the updated images only."""
+        return self._compute(missing)[0]
+
+    def _compute(self, missing):
+        self._drain()
+        if missing not in ("empty", "skip"):
+            raise SGEvalError([f"Evaluator.compute: missing must be 'empty' or 'skip', not {missing!r}"])
+        slots = range(len(self.gt.images)) if missing == "empty" else sorted(self.images)
+        gt = self.gt if missing == "empty" else dataclasses.replace(self.gt, images=[self.gt.images[s] for s in slots])
+        counted = self._counted(slots)
+        scope = {"scope": "all" if missing == "empty" else "updated",
+                 "duplicate_updates": sum(r.updates - 1 for table in (self.images, self.extra) for r in table.values())}
+        return build_results(self.config, gt, counted, self.training, self.groups, scope), gt, counted
+
+    def _counted(self, slots):
+        """The Counted of the given GT slots (those without an update as predicting nothing)."""
+        settings = self.settings
+        shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+        stores = {protocol: CountStore(len(slots), shapes) for protocol in settings.protocols}
+        audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
+        checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
+        C = settings.n_predicates
+        confusion = {protocol: np.zeros(C * (C + 1), np.int64) for protocol in settings.protocols}
+        predicted = np.zeros(len(slots), bool)
+        for index, slot in enumerate(slots):
+            record = self.images.get(slot)
+            predicted[index] = record is not None
+            image = self.gt.images[slot]
+            values = record.values if record is not None else pack_record(
+                evaluate_image(ImageTask(image, None, None, settings)), image, settings)
+            columns, blocks, audit, check = unpack_record(values, settings)
+            for protocol, (fields, cells) in blocks.items():
+                stores[protocol].images[index] = columns, fields
+                np.add.at(confusion[protocol], cells[0], cells[1])
+            if audit is not None:
+                audits[index] = audit
+            checks[index] = check
+        return Counted(stores, audits, checks, predicted, len(self.extra) + self.other_records,
+                       {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
+
+
+DIGEST = 16  # bytes of an update's digest
+
+
+class ImageRecord(typing.NamedTuple):
+    """One updated image in an Evaluator's state."""
+
+    digest: bytes  # prediction_digest of its arrays
+    updates: int  # how often it was updated (padded duplicates add up)
+    values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
+
+
+def settings_of(config, n_predicates):
+    """The Settings every image of a run is evaluated with."""
+    return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
+                    config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
+                    config.confusion_k)
+
+
+def _file_digest(path):
+    """The SHA-256 of a file's bytes (b'' for no file)."""
+    if not path:
+        return b""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as error:
+        raise SGEvalError([f"{path}: cannot read: {error.strerror or error}"]) from None
+    return digest.digest()
+
+
+def prediction_digest(pred):
+    """DIGEST bytes identifying a prediction's arrays (a mask file by its name, given masks by a
+    CRC-32 and an Adler-32 of their packed bits)."""
+    digest = hashlib.sha256()
+    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets):
+        digest.update(b"-" if array is None else repr(array.shape).encode() + np.ascontiguousarray(array).tobytes())
+    if pred.bits is not None:
+        data = np.ascontiguousarray(pred.bits).view(np.uint8)
+        digest.update(f"{pred.bits.shape} {imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
+    digest.update(repr(pred.seg_filename).encode())
+    return digest.digest()[:DIGEST]
+
+
+def pack_record(result, image, settings):
+    """An image's ImageResult as one 1-D array of non-negative integers in the smallest unsigned
+    dtype that holds them (unpack_record reads it back): the predicates of its GT relations (the
+    only columns where per-predicate counts can be non-zero), then per protocol its count fields
+    (per-predicate ones at those columns) and its confusion cells, the audit counts (when on) and
+    the CHECK_FIELDS counts."""
+    columns = np.unique(image.relations[:, 2])
+    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+    parts = [[len(columns)], columns]
+    for protocol in settings.protocols:
+        counts = result.counts[protocol]
+        for field in shapes:
+            value = np.asarray(counts[field], np.int64)
+            parts.append(value[..., columns] if field in PER_PREDICATE_FIELDS else value)
+        cells = counts.get("confusion", np.zeros((2, 0), np.int64))
+        parts += [[cells.shape[1]], cells]
+    parts += ([result.audit] if settings.audit else []) + [result.check]
+    return _smallest(np.concatenate([np.asarray(part, np.int64).ravel() for part in parts]))
+
+
+def _smallest(values):
+    """Non-negative integers in the smallest unsigned dtype that holds them (else int64)."""
+    if values.size and values.min() < 0:
+        return values.astype(np.int64)
+    return values.astype(np.min_scalar_type(int(values.max()) if values.size else 0))
+
+
+def unpack_record(values, settings):
+    """pack_record's array -> (columns, {protocol: (its count fields in count_shapes order, the
+    per-predicate ones at the columns only; confusion cells (2, U))}, audit or None, check).
+    ValueError when the array does not have the layout."""
+    values = np.asarray(values).astype(np.int64)
+    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
+    n_columns = int(values[0])
+    columns, at, blocks = values[1:1 + n_columns], 1 + n_columns, {}
+    if len(columns) != n_columns or (n_columns and (columns.min() < 0 or columns.max() >= settings.n_predicates)):
+        raise ValueError("the predicate columns are out of range")
+
+    def take(shape):
+        nonlocal at
+        size = math.prod(shape)
+        if at + size > len(values):
+            raise ValueError(f"a record of {len(values)} values is too short for its layout")
+        at += size
+        return values[at - size:at].reshape(shape)
+
+    for protocol in settings.protocols:
+        fields = [take(shape[:-1] + (n_columns,) if field in PER_PREDICATE_FIELDS else shape)
+                  for field, shape in shapes.items()]
+        cells = take((2, int(take((1,))[0])))
+        if cells.size and (cells[0].min() < 0 or cells[0].max() >= settings.n_predicates * (settings.n_predicates + 1)):
+            raise ValueError("a confusion cell is out of range")
+        blocks[protocol] = fields, cells
+    audit = take((len(AUDIT_FIELDS),)) if settings.audit else None
+    check = take((len(CHECK_FIELDS),))
+    if at != len(values):
+        raise ValueError(f"a record of {len(values)} values is longer than its layout ({at})")
+    return columns, blocks, audit, check
+
+
+def _state_records(state, n_slots, skipped_ids, settings):
+    """The ImageRecords of a state_dict ({slot: ...}, {image id: ...}); ValueError, KeyError,
+    TypeError or IndexError when it is malformed."""
+    slots, updates, digests, offsets, values = (np.asarray(state[key]) for key in
+                                                ("slots", "updates", "digests", "offsets", "values"))
+    n = len(slots)
+    if not (slots.dtype.kind in "iu" and updates.dtype.kind in "iu" and offsets.dtype.kind in "iu"
+            and values.dtype.kind in "iu" and digests.dtype == np.uint8):
+        raise TypeError("the arrays must hold integers")
+    if updates.shape != (n,) or digests.shape != (n, DIGEST) or offsets.shape != (n + 1,) or values.ndim != 1:
+        raise ValueError("the arrays' shapes do not agree")
+    if n and (slots.min() < 0 or slots.max() >= n_slots or len(np.unique(slots)) < n or updates.min() < 1):
+        raise ValueError("image slots out of range or repeated, or an update count below 1")
+    if offsets[0] != 0 or offsets[-1] != len(values) or (np.diff(offsets) < 1).any():
+        raise ValueError("the record offsets do not cover the values")
+    images = {}
+    for slot, count, digest, start, stop in zip(slots.tolist(), updates.tolist(), digests, offsets, offsets[1:]):
+        record = values[start:stop].astype(np.int64)
+        unpack_record(record, settings)
+        images[slot] = ImageRecord(digest.tobytes(), count, _smallest(record))
+    extra_ids, extra_updates, extra_digests = (state[key] for key in ("extra_ids", "extra_updates", "extra_digests"))
+    if len(extra_ids) != len(extra_updates) or len(extra_ids) != len(extra_digests) \
+            or not set(map(str, extra_ids)) <= skipped_ids or len(set(map(str, extra_ids))) < len(extra_ids):
+        raise ValueError("the extra images are not test images without relations, or do not agree")
+    extra = {str(image_id): ImageRecord(bytes(np.asarray(digest, np.uint8)), int(count), None)
+             for image_id, count, digest in zip(extra_ids, extra_updates, extra_digests)}
+    other_records = state["other_records"]
+    if (extra and min(record.updates for record in extra.values()) < 1) or type(other_records) is not int \
+            or other_records < 0:
+        raise ValueError("an update count below 1, or other_records is not a count")
+    return images, extra, other_records
+
+
+# ---------------------------------------------------------------------------------------------
+# Update arguments: arrays checked with the file reader's rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _numpy(value):
+    """A numpy array of a numpy array, a torch tensor on any device (without importing torch) or a
+    nested list."""
+    if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _update_field(value, name, shape, kinds, where, problems):
+    """An update argument as an int64 (kinds 'iu') or float64 ('iuf') array of the given shape
+    (None = any length; an empty array of any shape is 0 rows), else None after a problem."""
+    try:
+        array = _numpy(value)
+    except (ValueError, TypeError, RuntimeError) as error:
+        problems.append(f"{where}: field '{name}' is not an array: {error}")
+        return None
+    if array.size == 0 and len(shape) == 2:
+        array = array.reshape(0, shape[1])
+    kind = "integers" if kinds == "iu" else "numbers"
+    if array.dtype.kind not in kinds and array.size:
+        problems.append(f"{where}: field '{name}' must hold {kind}, not {array.dtype}")
+    elif array.ndim != len(shape) or any(size is not None and size != n for size, n in zip(shape, array.shape)):
+        wanted = "(" + ", ".join("n" if size is None else str(size) for size in shape) + ("," if len(shape) == 1 else "")
+        problems.append(f"{where}: field '{name}' has shape {array.shape}, expected {wanted})")
+    elif array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        problems.append(f"{where}: field '{name}' holds integers beyond the int64 range")
+    elif array.dtype.kind == "f" and not np.isfinite(array).all():
+        problems.append(f"{where}: field '{name}' holds NaN or inf")
+    else:
+        return array.astype(np.int64 if kinds == "iu" else np.float64)
+    return None
+
+
+def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings,
+                  height=None, width=None):
+    """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
+    masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
+    checked)."""
+    problems = []
+    labels = _update_field(labels, "labels", (None,), "iu", where, problems)
+    rows = {name: _update_field(value, name, (None, 3), "iu", where, problems)
+            for name, value in (("triplets", triplets), ("ng_triplets", ng_triplets)) if value is not None}
+    if labels is None or any(array is None for array in rows.values()):
+        raise SGEvalError(problems)
+    n = len(labels)
+    if n > MAX_INSTANCES:
+        raise SGEvalError([f"{where}: {n} instances, more than the limit of {MAX_INSTANCES} per image"])
+    _check_indices(labels[:, None], "instance", [n_objects], ["category"], where, problems)
+    for name, array in rows.items():
+        _check_indices(array, name[:-1], [n, n, settings.n_predicates], ["instance", "instance", "predicate"], where,
+                       problems)
+    boxes = None if boxes is None else _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
+    scores = None if scores is None else _update_field(scores, "scores", (n,), "iuf", where, problems)
+    if settings.mode == "box" and boxes is None and not problems:
+        problems.append(f"{where}: field 'boxes' is required in box mode (no gt_seg)")
+    elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
+        bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
+        problems.append(f"{where}: instance {bad}: field 'boxes' has x2 < x1 or y2 < y1")
+    bits = update_masks(masks, n, height, width, where, problems) if settings.mode == "mask" and n else None
+    if problems:
+        raise SGEvalError(problems)
+    triplets = rows["triplets"]
+    return PredImage(image_id, labels, boxes if settings.mode == "box" else None, scores, triplets,
+                     rows.get("ng_triplets", triplets), None, bits)
+
+
+def update_masks(masks, n, height, width, where, problems):
+    """Packed (n, W) masks of an update's ``masks``: (n, H, W) bool or 0/1 integers, or Panoptic
+    (an (H, W) integer map, the n segment ids); None after a problem. H, W: the GT image's."""
+    if masks is None:
+        problems.append(f"{where}: field 'masks' is required in mask mode (gt_seg is set)")
+        return None
+    if isinstance(masks, Panoptic) or isinstance(masks, (tuple, list)) and len(masks) == 2 and \
+            getattr(masks[0], "ndim", None) == 2 and getattr(masks[1], "ndim", None) == 1:
+        return _panoptic_masks(*masks, n, height, width, where, problems)
+    try:
+        array = _numpy(masks)
+    except (ValueError, TypeError, RuntimeError) as error:
+        problems.append(f"{where}: field 'masks' is not an array: {error}")
+        return None
+    size = (height, width) if height is not None else array.shape[1:]
+    if array.dtype.kind not in "biu":
+        problems.append(f"{where}: field 'masks' must be bool or 0/1 integers, not {array.dtype} (float masks are "
+                        f"not thresholded: compare them with your threshold first)")
+    elif array.shape != (n, *size):
+        problems.append(f"{where}: field 'masks' has shape {array.shape}; expected ({n}, {size[0]}, {size[1]}) "
+                        f"(one mask per instance, the GT image's height and width)")
+    elif array.dtype.kind != "b" and (array.min() < 0 or array.max() > 1):
+        problems.append(f"{where}: field 'masks' holds values other than 0 and 1")
+    else:
+        return pack_masks(array.view(bool) if array.dtype.itemsize == 1 else array != 0)
+    return None
+
+
+def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems):
+    """Packed masks of the Panoptic form (see update_masks)."""
+    before = len(problems)
+    ids = _update_field(segment_ids, "masks (segment ids)", (n,), "iu", where, problems)
+    size = (height, width) if height is not None else (None, None)
+    image = _update_field(segment_map, "masks (segment map)", size, "iu", where, problems)
+    if len(problems) > before:
+        return None
+    if len(np.unique(ids)) < len(ids):
+        problems.append(f"{where}: field 'masks' lists a segment id twice (its instances must not overlap)")
+        return None
+    bits = np.zeros((n, _words(image.size)), np.uint64)
+    pack_segments(image[:, :, None], ids, bits.view(np.uint8))
+    return bits
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers and validation: prediction files (the file path's updates)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -720,6 +1285,7 @@ class PredImage:
     triplets: np.ndarray
     ng_triplets: np.ndarray
     seg_filename: str | None
+    bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
 
 
 class PredSource:
@@ -1297,7 +1863,7 @@ def write_predictions(path, images, extra_members=None, kind=None):
 # (Kernels fill np.empty arrays: numba takes longer to compile np.full and np.zeros.)
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def popcount64(x):
     """Number of set bits of a uint64 (SWAR)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -1306,7 +1872,7 @@ def popcount64(x):
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _set_bits(bits_B, start, stop):
     """Set bits [start, stop) (stop > start) of a packed byte row, np.packbits bit order."""
     first, last = start >> 3, (stop - 1) >> 3
@@ -1320,22 +1886,31 @@ def _set_bits(bits_B, start, stop):
         bits_B[last] |= tail
 
 
-@numba.njit(cache=_JIT_CACHE)
-def pack_segments(rgb_HWC, segment_ids_G, bits_GB):
-    """Set the pixels of the panoptic segments of an 8-bit RGB(A) image (id = R + 256 G + 65536 B)
-    in their rows of bits_GB (zeroed, np.packbits order), one run of equal pixels at a time.
-    Returns the pixels found per segment (G,)."""
-    height, width = rgb_HWC.shape[0], rgb_HWC.shape[1]
+@numba.njit(cache=_JIT_CACHE, nogil=True)
+def _pixel_id(image_HWC, y, x):
+    """The segment id of a pixel: its first three channels as little-endian bytes (RGB(A): R +
+    256 G + 65536 B, alpha ignored; one channel: its value)."""
+    value = np.int64(0)
+    for c in range(min(image_HWC.shape[2], 3)):
+        value += np.int64(image_HWC[y, x, c]) << (8 * c)
+    return value
+
+
+@numba.njit(cache=_JIT_CACHE, nogil=True)
+def pack_segments(image_HWC, segment_ids_G, bits_GB):
+    """Set the pixels of the segments of a panoptic image (8-bit RGB(A): id = R + 256 G + 65536
+    B; or one channel of integer ids) in their rows of bits_GB (zeroed, np.packbits order), one
+    run of equal pixels at a time. Returns the pixels found per segment (G,)."""
+    height, width = image_HWC.shape[0], image_HWC.shape[1]
     found = np.empty(segment_ids_G.shape[0], np.int64)
     found[:] = 0
     for y in range(height):
         x = 0
         while x < width:
-            start, red, green, blue = x, rgb_HWC[y, x, 0], rgb_HWC[y, x, 1], rgb_HWC[y, x, 2]
+            start, pixel_id = x, _pixel_id(image_HWC, y, x)
             x += 1
-            while x < width and rgb_HWC[y, x, 0] == red and rgb_HWC[y, x, 1] == green and rgb_HWC[y, x, 2] == blue:
+            while x < width and _pixel_id(image_HWC, y, x) == pixel_id:
                 x += 1
-            pixel_id = np.int64(red) + 256 * np.int64(green) + 65536 * np.int64(blue)
             for g in range(segment_ids_G.shape[0]):
                 if segment_ids_G[g] == pixel_id:
                     _set_bits(bits_GB[g], y * width + start, y * width + x)
@@ -1347,7 +1922,7 @@ def pack_segments(rgb_HWC, segment_ids_G, bits_GB):
 _EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def mask_boxes(bits_NW, width):
     """(N, 5) int64 per packed mask of the given width: pixel count, then a bounding box y0, y1,
     x0, x1 (inclusive; the columns to whole bytes of 8 pixels; empty mask: y0 > y1). The boxes
@@ -1377,7 +1952,7 @@ def mask_boxes(bits_NW, width):
     return boxes
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     """Pixels two packed masks share (counted over the words of the rows where their boxes
     overlap), or -1 when their IoU cannot reach threshold: the IoU is at most m / (a + b - m),
@@ -1396,7 +1971,7 @@ def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     return inter
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width, threshold):
     """IoU (P, G) of packed masks of the given width with their mask_boxes; -1.0 where
     categories differ, 0.0 for an empty union and for the pairs whose IoU cannot reach threshold
@@ -1413,7 +1988,7 @@ def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     """Whether masks i and j (packed, with their mask_boxes) have IoU >= MERGE_IOU, categories
     ignored, decided once: twins_PP holds 1 (yes), 0 (no) or -1 (not yet decided)."""
@@ -1423,7 +1998,7 @@ def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     return twins_PP[i, j] == 1
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     """The number of instances that are the twin (_twins) of an earlier instance of their
     category."""
@@ -1436,7 +2011,7 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     return count
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
@@ -1483,7 +2058,7 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
     return node_of, source[:n_nodes]
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) of xyxy boxes (continuous, no +1); -1.0 where categories differ."""
     iou = np.empty((pred_box_P4.shape[0], gt_box_G4.shape[0]))
@@ -1502,7 +2077,7 @@ def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def best_candidates(iou_PG, threshold):
     """Per prediction, the GT of highest IoU (first on ties) if IoU >= threshold, else -1."""
     candidate = np.empty(iou_PG.shape[0], np.int64)
@@ -1517,7 +2092,7 @@ def best_candidates(iou_PG, threshold):
     return candidate
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def match_unique(iou_PG, threshold):
     """Algorithm 2: pred -> GT (P,), each GT kept by its best candidate (earlier wins ties)."""
     candidate = best_candidates(iou_PG, threshold)
@@ -1535,7 +2110,7 @@ def match_unique(iou_PG, threshold):
     return pred_to_gt
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def first_positions(sequence_keys_N, query_keys_Q):
     """For each query key, the first index of it in the sequence, or -1 (keys < 0 never match)."""
     first = np.empty(query_keys_Q.shape[0], np.int64)
@@ -1577,7 +2152,7 @@ def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
-@numba.njit(cache=_JIT_CACHE)
+@numba.njit(cache=_JIT_CACHE, nogil=True)
 def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
     """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
     hits a GT triplet when the predicates are equal and ok_PG holds for subject and object. Per
@@ -1603,6 +2178,259 @@ def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
         if left == 0:
             break
     return first_hit, first_pair, before
+
+
+# ---------------------------------------------------------------------------------------------
+# One image: its masks compared, matched and counted under every protocol of the run
+# ---------------------------------------------------------------------------------------------
+
+
+AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
+                "absorbed_instances", "dropped_instances", "duplicate_relations_after_merge")
+_NO_TRIPLETS = np.zeros((0, 3), np.int64)
+
+
+def merge_order(pred):
+    """SingleMPO walk order: by score (descending, stable) when every instance has one, else by
+    first appearance in ng_triplets then triplets (subject before object), unreferenced last."""
+    if pred.scores is not None:
+        return np.argsort(-pred.scores, kind="stable")
+    referenced = np.concatenate([pred.ng_triplets[:, :2].ravel(), pred.triplets[:, :2].ravel()])
+    seen = referenced[_first_occurrences(referenced)]
+    rest = np.setdiff1d(np.arange(len(pred.categories)), seen)
+    return np.concatenate([seen, rest]).astype(np.int64)
+
+
+def remap_to_nodes(triplets_N3, node_of_P):
+    """Triplets over SingleMPO nodes: dropped ends and self-pairs removed."""
+    subject, obj = node_of_P[triplets_N3[:, 0]], node_of_P[triplets_N3[:, 1]]
+    keep = (subject >= 0) & (obj >= 0) & (subject != obj)
+    return np.stack([subject, obj, triplets_N3[:, 2]], axis=1)[keep]
+
+
+def _repeats(keys_N):
+    """The number of entries equal to an earlier one (len(keys) - len(np.unique(keys)))."""
+    ordered = np.sort(keys_N)
+    return np.count_nonzero(ordered[1:] == ordered[:-1])
+
+
+def audit_counts(pred, merge, width):
+    """Protocol audit counts of one prediction (AUDIT_FIELDS order) from its Merge."""
+    T, n_pred = pred.triplets, len(pred.categories)
+    duplicates = duplicate_instances(merge.twins, merge.bits, merge.boxes, width, pred.categories)
+    pairs = T[:, 0] * n_pred + T[:, 1]
+    triplet_keys = pairs * (int(T[:, 2].max()) + 1 if len(T) else 1) + T[:, 2]
+    merged_pairs = merge.triplets[:, 0] * n_pred + merge.triplets[:, 1]
+    return [_repeats(triplet_keys), _repeats(pairs), np.count_nonzero(T[:, 0] == T[:, 1]),
+            duplicates, np.count_nonzero(merge.node_of >= 0) - len(merge.source),
+            np.count_nonzero(merge.node_of < 0), _repeats(merged_pairs)]
+
+
+class Settings(typing.NamedTuple):
+    """How every image of a run is evaluated."""
+
+    mode: str  # "mask" or "box"
+    protocols: tuple  # the headline protocol first
+    iou_threshold: float
+    k: tuple  # cut-off labels
+    imr_k: tuple
+    n_predicates: int
+    audit: bool
+    task: str = "sgdet"
+    confusion_k: str | None = None  # the cut-off of the predicate confusion (None: not counted)
+
+
+class ImageTask(typing.NamedTuple):
+    """One image to evaluate (what a worker process receives)."""
+
+    gt: GTImage
+    pred: PredImage | None  # None: the image has no prediction record
+    source: PredSource  # where the prediction's mask files are
+    settings: Settings
+
+
+class ImageResult(typing.NamedTuple):
+    """What evaluate_image returns for one image."""
+
+    counts: dict | None  # {protocol: image_counts()}; None after a problem
+    audit: list | None  # AUDIT_FIELDS counts; None when the audit is off or after a problem
+    problems: list  # one line per problem with the image's files
+    check: list  # CHECK_FIELDS counts
+
+
+class Masks(typing.NamedTuple):
+    """The packed masks (W words each) of one image and the IoU of its predictions with its GT."""
+
+    gt_bits: np.ndarray | None  # (G, W); None when no prediction needs them
+    gt_boxes: np.ndarray | None  # (G, 5) mask_boxes
+    pred_bits: np.ndarray  # (P, W)
+    pred_boxes: np.ndarray  # (P, 5)
+    iou: np.ndarray  # (P, G) mask_iou
+
+
+class Merge(typing.NamedTuple):
+    """The SingleMPO merge of one prediction."""
+
+    twins: np.ndarray  # (P, P) int8 of _twins (1, 0, or -1 for not yet decided)
+    bits: np.ndarray  # (P, W) the masks the twins are decided on ((P, 0) in box mode)
+    boxes: np.ndarray  # (P, 5) their mask_boxes
+    node_of: np.ndarray  # (P,) node of each instance, -1 = dropped
+    source: np.ndarray  # (N,) each node's own instance
+    node_bits: np.ndarray  # (N, W) the pixels each node claimed; (0, W) unless SingleMPO needs them
+    triplets: np.ndarray  # (T, 3) triplets remapped to nodes
+
+
+def compare_masks(gt, pred, source, needed, threshold):
+    """Decode an image's masks and compare its predictions with its GT (mask_iou). needed: (P,)
+    bool or None (all); the GT PNG is not read when no prediction is needed."""
+    bits = pred.bits if pred.bits is not None else load_pred_masks(source, pred, gt.height, gt.width, needed)
+    boxes = mask_boxes(bits, gt.width)
+    if needed is not None and not needed.any():
+        return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
+    gt_bits = load_gt_masks(gt)
+    gt_boxes = mask_boxes(gt_bits, gt.width)
+    return Masks(gt_bits, gt_boxes, bits, boxes,
+                 mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold))
+
+
+def merge_prediction(pred, masks, width, keep_nodes):
+    """The SingleMPO merge of a prediction: by mask IoU with pixel claiming, or (masks None, box
+    mode) by box IoU without. keep_nodes: write the node masks (only SingleMPO matches them)."""
+    if masks is None:
+        no_category = np.zeros(len(pred.categories), np.int64)
+        twins = (box_iou(pred.boxes, no_category, pred.boxes, no_category) >= MERGE_IOU).astype(np.int8)
+        bits = np.zeros((len(twins), 0), np.uint64)
+        boxes = mask_boxes(bits, width)
+    else:
+        bits, boxes, twins = masks.pred_bits, masks.pred_boxes, np.full((len(masks.pred_bits),) * 2, -1, np.int8)
+    rows = len(bits) if keep_nodes else 0
+    node_bits = _buffer("node_bits", rows * bits.shape[1], np.uint64).reshape(rows, bits.shape[1])
+    node_of, source = merge_instances(twins, bits, boxes, width, merge_order(pred), masks is not None, node_bits)
+    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of))
+
+
+CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_count_differs", "boxes_differ",
+                "labels_differ")  # per image, whatever the protocol: the task check and the list-shape warnings
+
+
+def task_instances(gt, pred, task):
+    """(the prediction the protocols match under the task, its CHECK_FIELDS counts as a dict, (T,)
+    bool: the rows of triplets on the index pair of a GT relation). predcls: the GT's categories
+    and boxes, scores 1 (when the prediction has as many instances as the GT; else it is evaluated
+    as stored, and counted); sgcls and sgdet: as stored."""
+    G, T = len(gt.categories), pred.triplets
+    span = max(len(pred.categories), G, 1)
+    pairs, gt_pairs = T[:, 0] * span + T[:, 1], gt.relations[:, 0] * span + gt.relations[:, 1]
+    on_gt_pairs, same_count = np.isin(pairs, gt_pairs), len(pred.categories) == G
+    check = dict.fromkeys(CHECK_FIELDS, 0)
+    check.update(rows=len(T), rows_on_gt_pairs=np.count_nonzero(on_gt_pairs), rows_repeating_a_pair=_repeats(pairs),
+                 instance_count_differs=int(task != "sgdet" and not same_count))
+    if task == "sgdet" or not same_count:
+        return pred, check, on_gt_pairs
+    if pred.boxes is not None:
+        check["boxes_differ"] = int((np.abs(pred.boxes - gt.boxes) > BOX_TOLERANCE).any())
+    if task == "sgcls":
+        return pred, check, on_gt_pairs
+    check["labels_differ"] = int((pred.categories != gt.categories).any())
+    return (dataclasses.replace(pred, categories=gt.categories, boxes=gt.boxes, scores=np.ones(G)), check,
+            on_gt_pairs)
+
+
+def gt_masks_as_predictions(gt, threshold):
+    """predcls in mask mode: the GT's masks stand for the predicted ones."""
+    bits = load_gt_masks(gt)
+    boxes = mask_boxes(bits, gt.width)
+    return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
+                                                    threshold))
+
+
+class Matching(typing.NamedTuple):
+    """How one protocol relates an image's predictions to its GT."""
+
+    protocol: str
+    pred_to_gt: np.ndarray | None  # (P,) or (N,) over SingleMPO nodes, -1 = unmatched; None for legacy
+    node_of: np.ndarray | None  # singlempo: (P,) node of each instance, -1 = dropped
+    ok: np.ndarray | None  # legacy: (P, G) bool, IoU >= threshold and same category
+
+
+def protocol_counts(gt, matching, triplets, ng_triplets, settings):
+    """image_counts of one image's triplet lists under one protocol's Matching."""
+    protocol = matching.protocol
+    if protocol in LEGACY:
+        if not len(triplets):
+            return left_out_counts(settings)
+        rows = gt.file_rows if protocol == "sgb" else slice(None)  # sgb counts every GT row of the file
+        return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
+                             settings.imr_k, settings.n_predicates, settings.confusion_k)
+    if matching.node_of is not None:
+        triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
+    return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
+                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k)
+
+
+def legacy_ok(protocol, gt, pred, iou, settings):
+    """openpsg / sgb: which predictions meet the IoU with which GT instances; in box mode the
+    tool's own float32 IoU, compared in float32."""
+    if settings.mode == "box":
+        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
+        return iou >= np.float32(settings.iou_threshold)
+    return iou >= settings.iou_threshold
+
+
+def evaluate_image(task):
+    """One image under every protocol of the run -> ImageResult (a worker's unit of work)."""
+    gt, pred, settings = task.gt, task.pred, task.settings
+    if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
+        empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
+                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k)
+        counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
+                  for protocol in settings.protocols}
+        check = dict.fromkeys(CHECK_FIELDS, 0)
+        check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
+        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
+    pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
+    as_gt = settings.task == "predcls" and not check["instance_count_differs"]
+    check = list(check.values())
+    merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
+    masks = None
+    try:
+        if settings.mode == "box":
+            iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
+        elif as_gt:
+            masks = gt_masks_as_predictions(gt, settings.iou_threshold)
+            iou = masks.iou
+        else:  # without merging, only the masks of the GT's categories matter
+            needed = None if merging else np.isin(pred.categories, gt.categories)
+            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold)
+            iou = masks.iou
+    except SGEvalError as error:
+        return ImageResult(None, None, error.problems, check)
+    merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols) if merging else None
+    matchings = [match_protocol(protocol, gt, pred, iou, masks, merge, settings) for protocol in settings.protocols]
+    counts = {m.protocol: protocol_counts(gt, m, pred.triplets, pred.ng_triplets, settings) for m in matchings}
+    if settings.task != "sgdet":  # A@k: the rows on GT pairs (instances are the GT's, by index)
+        for m in matchings:
+            restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
+            counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
+    return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
+
+
+def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
+    """The Matching of one protocol from the image's IoU (and, for singlempo, its Merge)."""
+    if protocol in LEGACY:
+        return Matching(protocol, None, None, legacy_ok(protocol, gt, pred, iou, settings))
+    if protocol != "singlempo":
+        return Matching(protocol, MATCHERS[protocol](iou, settings.iou_threshold), None, None)
+    node_iou = iou[merge.source] if masks is None else mask_iou(
+        masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, pred.categories[merge.source],
+        mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
+    return Matching(protocol, match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
+
+
+def left_out_counts(settings):
+    """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
+    return {field: np.zeros(shape, np.int64)
+            for field, shape in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1777,254 +2605,6 @@ def count_shapes(n_k, n_imr, n_predicates):
             "imr_short": (n_imr,), "a_hits": (n_k,)}
 
 
-AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
-                "absorbed_instances", "dropped_instances", "duplicate_relations_after_merge")
-_NO_TRIPLETS = np.zeros((0, 3), np.int64)
-
-
-def merge_order(pred):
-    """SingleMPO walk order: by score (descending, stable) when every instance has one, else by
-    first appearance in ng_triplets then triplets (subject before object), unreferenced last."""
-    if pred.scores is not None:
-        return np.argsort(-pred.scores, kind="stable")
-    referenced = np.concatenate([pred.ng_triplets[:, :2].ravel(), pred.triplets[:, :2].ravel()])
-    seen = referenced[_first_occurrences(referenced)]
-    rest = np.setdiff1d(np.arange(len(pred.categories)), seen)
-    return np.concatenate([seen, rest]).astype(np.int64)
-
-
-def remap_to_nodes(triplets_N3, node_of_P):
-    """Triplets over SingleMPO nodes: dropped ends and self-pairs removed."""
-    subject, obj = node_of_P[triplets_N3[:, 0]], node_of_P[triplets_N3[:, 1]]
-    keep = (subject >= 0) & (obj >= 0) & (subject != obj)
-    return np.stack([subject, obj, triplets_N3[:, 2]], axis=1)[keep]
-
-
-def _repeats(keys_N):
-    """The number of entries equal to an earlier one (len(keys) - len(np.unique(keys)))."""
-    ordered = np.sort(keys_N)
-    return np.count_nonzero(ordered[1:] == ordered[:-1])
-
-
-def audit_counts(pred, merge, width):
-    """Protocol audit counts of one prediction (AUDIT_FIELDS order) from its Merge."""
-    T, n_pred = pred.triplets, len(pred.categories)
-    duplicates = duplicate_instances(merge.twins, merge.bits, merge.boxes, width, pred.categories)
-    pairs = T[:, 0] * n_pred + T[:, 1]
-    triplet_keys = pairs * (int(T[:, 2].max()) + 1 if len(T) else 1) + T[:, 2]
-    merged_pairs = merge.triplets[:, 0] * n_pred + merge.triplets[:, 1]
-    return [_repeats(triplet_keys), _repeats(pairs), np.count_nonzero(T[:, 0] == T[:, 1]),
-            duplicates, np.count_nonzero(merge.node_of >= 0) - len(merge.source),
-            np.count_nonzero(merge.node_of < 0), _repeats(merged_pairs)]
-
-
-class Settings(typing.NamedTuple):
-    """How every image of a run is evaluated."""
-
-    mode: str  # "mask" or "box"
-    protocols: tuple  # the headline protocol first
-    iou_threshold: float
-    k: tuple  # cut-off labels
-    imr_k: tuple
-    n_predicates: int
-    audit: bool
-    task: str = "sgdet"
-    confusion_k: str | None = None  # the cut-off of the predicate confusion (None: not counted)
-
-
-class ImageTask(typing.NamedTuple):
-    """One image to evaluate (what a worker process receives)."""
-
-    gt: GTImage
-    pred: PredImage | None  # None: the image has no prediction record
-    source: PredSource  # where the prediction's mask files are
-    settings: Settings
-
-
-class ImageResult(typing.NamedTuple):
-    """What evaluate_image returns for one image."""
-
-    counts: dict | None  # {protocol: image_counts()}; None after a problem
-    audit: list | None  # AUDIT_FIELDS counts; None when the audit is off or after a problem
-    problems: list  # one line per problem with the image's files
-    check: list  # CHECK_FIELDS counts
-
-
-class Masks(typing.NamedTuple):
-    """The packed masks (W words each) of one image and the IoU of its predictions with its GT."""
-
-    gt_bits: np.ndarray | None  # (G, W); None when no prediction needs them
-    gt_boxes: np.ndarray | None  # (G, 5) mask_boxes
-    pred_bits: np.ndarray  # (P, W)
-    pred_boxes: np.ndarray  # (P, 5)
-    iou: np.ndarray  # (P, G) mask_iou
-
-
-class Merge(typing.NamedTuple):
-    """The SingleMPO merge of one prediction."""
-
-    twins: np.ndarray  # (P, P) int8 of _twins (1, 0, or -1 for not yet decided)
-    bits: np.ndarray  # (P, W) the masks the twins are decided on ((P, 0) in box mode)
-    boxes: np.ndarray  # (P, 5) their mask_boxes
-    node_of: np.ndarray  # (P,) node of each instance, -1 = dropped
-    source: np.ndarray  # (N,) each node's own instance
-    node_bits: np.ndarray  # (N, W) the pixels each node claimed; (0, W) unless SingleMPO needs them
-    triplets: np.ndarray  # (T, 3) triplets remapped to nodes
-
-
-def compare_masks(gt, pred, source, needed, threshold):
-    """Decode an image's masks and compare its predictions with its GT (mask_iou). needed: (P,)
-    bool or None (all); the GT PNG is not read when no prediction is needed."""
-    bits = load_pred_masks(source, pred, gt.height, gt.width, needed)
-    boxes = mask_boxes(bits, gt.width)
-    if needed is not None and not needed.any():
-        return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
-    gt_bits = load_gt_masks(gt)
-    gt_boxes = mask_boxes(gt_bits, gt.width)
-    return Masks(gt_bits, gt_boxes, bits, boxes,
-                 mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold))
-
-
-def merge_prediction(pred, masks, width, keep_nodes):
-    """The SingleMPO merge of a prediction: by mask IoU with pixel claiming, or (masks None, box
-    mode) by box IoU without. keep_nodes: write the node masks (only SingleMPO matches them)."""
-    if masks is None:
-        no_category = np.zeros(len(pred.categories), np.int64)
-        twins = (box_iou(pred.boxes, no_category, pred.boxes, no_category) >= MERGE_IOU).astype(np.int8)
-        bits = np.zeros((len(twins), 0), np.uint64)
-        boxes = mask_boxes(bits, width)
-    else:
-        bits, boxes, twins = masks.pred_bits, masks.pred_boxes, np.full((len(masks.pred_bits),) * 2, -1, np.int8)
-    rows = len(bits) if keep_nodes else 0
-    node_bits = _buffer("node_bits", rows * bits.shape[1], np.uint64).reshape(rows, bits.shape[1])
-    node_of, source = merge_instances(twins, bits, boxes, width, merge_order(pred), masks is not None, node_bits)
-    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of))
-
-
-CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_count_differs", "boxes_differ",
-                "labels_differ")  # per image, whatever the protocol: the task check and the list-shape warnings
-
-
-def task_instances(gt, pred, task):
-    """(the prediction the protocols match under the task, its CHECK_FIELDS counts as a dict, (T,)
-    bool: the rows of triplets on the index pair of a GT relation). predcls: the GT's categories
-    and boxes, scores 1 (when the prediction has as many instances as the GT; else it is evaluated
-    as stored, and counted); sgcls and sgdet: as stored."""
-    G, T = len(gt.categories), pred.triplets
-    span = max(len(pred.categories), G, 1)
-    pairs, gt_pairs = T[:, 0] * span + T[:, 1], gt.relations[:, 0] * span + gt.relations[:, 1]
-    on_gt_pairs, same_count = np.isin(pairs, gt_pairs), len(pred.categories) == G
-    check = dict.fromkeys(CHECK_FIELDS, 0)
-    check.update(rows=len(T), rows_on_gt_pairs=np.count_nonzero(on_gt_pairs), rows_repeating_a_pair=_repeats(pairs),
-                 instance_count_differs=int(task != "sgdet" and not same_count))
-    if task == "sgdet" or not same_count:
-        return pred, check, on_gt_pairs
-    if pred.boxes is not None:
-        check["boxes_differ"] = int((np.abs(pred.boxes - gt.boxes) > BOX_TOLERANCE).any())
-    if task == "sgcls":
-        return pred, check, on_gt_pairs
-    check["labels_differ"] = int((pred.categories != gt.categories).any())
-    return (dataclasses.replace(pred, categories=gt.categories, boxes=gt.boxes, scores=np.ones(G)), check,
-            on_gt_pairs)
-
-
-def gt_masks_as_predictions(gt, threshold):
-    """predcls in mask mode: the GT's masks stand for the predicted ones."""
-    bits = load_gt_masks(gt)
-    boxes = mask_boxes(bits, gt.width)
-    return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
-                                                    threshold))
-
-
-class Matching(typing.NamedTuple):
-    """How one protocol relates an image's predictions to its GT."""
-
-    protocol: str
-    pred_to_gt: np.ndarray | None  # (P,) or (N,) over SingleMPO nodes, -1 = unmatched; None for legacy
-    node_of: np.ndarray | None  # singlempo: (P,) node of each instance, -1 = dropped
-    ok: np.ndarray | None  # legacy: (P, G) bool, IoU >= threshold and same category
-
-
-def protocol_counts(gt, matching, triplets, ng_triplets, settings):
-    """image_counts of one image's triplet lists under one protocol's Matching."""
-    protocol = matching.protocol
-    if protocol in LEGACY:
-        if not len(triplets):
-            return left_out_counts(settings)
-        rows = gt.file_rows if protocol == "sgb" else slice(None)  # sgb counts every GT row of the file
-        return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
-                             settings.imr_k, settings.n_predicates, settings.confusion_k)
-    if matching.node_of is not None:
-        triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
-    return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
-                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k)
-
-
-def legacy_ok(protocol, gt, pred, iou, settings):
-    """openpsg / sgb: which predictions meet the IoU with which GT instances; in box mode the
-    tool's own float32 IoU, compared in float32."""
-    if settings.mode == "box":
-        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
-        return iou >= np.float32(settings.iou_threshold)
-    return iou >= settings.iou_threshold
-
-
-def evaluate_image(task):
-    """One image under every protocol of the run -> ImageResult (a worker's unit of work)."""
-    gt, pred, settings = task.gt, task.pred, task.settings
-    if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
-        empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
-                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k)
-        counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
-                  for protocol in settings.protocols}
-        check = dict.fromkeys(CHECK_FIELDS, 0)
-        check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
-        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
-    pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
-    as_gt = settings.task == "predcls" and not check["instance_count_differs"]
-    check = list(check.values())
-    merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
-    masks = None
-    try:
-        if settings.mode == "box":
-            iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
-        elif as_gt:
-            masks = gt_masks_as_predictions(gt, settings.iou_threshold)
-            iou = masks.iou
-        else:  # without merging, only the masks of the GT's categories matter
-            needed = None if merging else np.isin(pred.categories, gt.categories)
-            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold)
-            iou = masks.iou
-    except SGEvalError as error:
-        return ImageResult(None, None, error.problems, check)
-    merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols) if merging else None
-    matchings = [match_protocol(protocol, gt, pred, iou, masks, merge, settings) for protocol in settings.protocols]
-    counts = {m.protocol: protocol_counts(gt, m, pred.triplets, pred.ng_triplets, settings) for m in matchings}
-    if settings.task != "sgdet":  # A@k: the rows on GT pairs (instances are the GT's, by index)
-        for m in matchings:
-            restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
-            counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
-    return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
-
-
-def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
-    """The Matching of one protocol from the image's IoU (and, for singlempo, its Merge)."""
-    if protocol in LEGACY:
-        return Matching(protocol, None, None, legacy_ok(protocol, gt, pred, iou, settings))
-    if protocol != "singlempo":
-        return Matching(protocol, MATCHERS[protocol](iou, settings.iou_threshold), None, None)
-    node_iou = iou[merge.source] if masks is None else mask_iou(
-        masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, pred.categories[merge.source],
-        mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
-    return Matching(protocol, match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
-
-
-def left_out_counts(settings):
-    """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
-    return {field: np.zeros(shape, np.int64)
-            for field, shape in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates).items()}
-
-
 # ---------------------------------------------------------------------------------------------
 # Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
@@ -2034,16 +2614,12 @@ PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", 
 
 class CountStore(collections.abc.Mapping):
     """The per-image counts of one protocol, read as {field: (I, ...) int64 array} by aggregate().
-    An image's per-predicate counts are zero for the predicates absent from its GT: only the
+    ``images[i]`` is (columns, fields) of image i as unpack_record gives them (None: all zero):
+    an image's per-predicate counts are zero for the predicates absent from its GT, so only the
     columns of the others are kept (a few of some 50), and the arrays are made whole when read."""
 
     def __init__(self, n_images, shapes):
         self.shapes, self.images, self.cached = shapes, [None] * n_images, (None, None)
-
-    def put(self, slot, counts):
-        columns = np.flatnonzero(counts["gt_rel"])
-        self.images[slot] = columns, [np.asarray(counts[field], np.int64)[..., columns] if field in
-                                      PER_PREDICATE_FIELDS else counts[field] for field in self.shapes]
 
     def __getitem__(self, field):
         if self.cached[0] != field:
@@ -2149,33 +2725,27 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation driver and report
+# The file path (evaluate, update_from_file) and the results dict
 # ---------------------------------------------------------------------------------------------
 
 
 def evaluate(config, progress=None):
-    """Evaluate a prediction; returns the results dict (SPEC section 7).
+    """Evaluate a prediction file; returns the results dict (SPEC section 7): an Evaluator
+    updated with the file's records (update_from_file), then computed.
 
-    config: a Config (see load_config / make_config) or a mapping of its fields.
-    progress: optional callable progress(images_done, images_total), called after each image.
-    Raises SGEvalError listing every problem found in the input.
+    config: a Config (see load_config / make_config) or a mapping of its fields; ``pred`` names
+    the file. progress: optional callable progress(images_done, images_total), called after each
+    image. Raises SGEvalError listing every problem found in the input.
     """
-    if not isinstance(config, Config):
-        config = make_config(dict(config))
+    config = config if isinstance(config, Config) else make_config(dict(config), need_pred=True)
+    if not config.pred:
+        raise SGEvalError(["config: 'pred' is required (the prediction file to evaluate)"])
     for key in ("output", "per_image"):
         if getattr(config, key):
             write_output(getattr(config, key), None, key)  # fails now rather than after the evaluation
-    gt = read_gt(config.gt, config.gt_seg)
-    n_objects, n_predicates = len(gt.object_classes), len(gt.predicate_classes)
-    training = read_training(config.train_gt, n_objects, n_predicates) if config.train_gt else gt.training
-    given = read_zeroshot(config.zeroshot_triplets, n_objects, n_predicates) if config.zeroshot_triplets else None
-    mark_zeroshot(gt.images, training[0], given)
-    groups = predicate_groups(config.predicate_groups, gt.predicate_classes, training.relations)
-    settings = Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
-                        config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
-                        config.confusion_k)
-    counted = count_images(config.pred, gt, settings, config.workers, progress)
-    results = build_results(config, gt, counted, training, groups)
+    evaluator = Evaluator(config)
+    update_from_file(evaluator, config.pred, config.workers, progress)
+    results, gt, counted = evaluator._compute("empty")
     if config.output:
         write_output(config.output, [json.dumps(results, indent=1) + "\n"])
         log.info("wrote %s", config.output)
@@ -2253,47 +2823,36 @@ class Counted(typing.NamedTuple):
     confusion: dict  # {protocol: (C, C + 1) int64}: GT predicate x predicted predicate (column C: none)
 
 
-def count_images(pred_path, gt, settings, workers=1, progress=None):
-    """Read a prediction record by record and evaluate every GT image: those with a record in the
-    file's order as they are read, then those without. Raises SGEvalError with every problem of
-    the records and of the masks."""
-    problems = []
+def update_from_file(evaluator, pred_path, workers=1, progress=None):
+    """Update an Evaluator with every record of a prediction file, evaluated in the file's order
+    as the records are read (in ``workers`` processes, which send back each image's
+    pack_record); records of images outside the evaluated ones are counted as extra. Raises
+    SGEvalError with every problem of the records and of the masks."""
+    gt, settings, problems = evaluator.gt, evaluator.settings, []
     source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
                                          problems)
-    slot_of = {image.image_id: slot for slot, image in enumerate(gt.images)}
-    predicted, n_extra = np.zeros(len(gt.images), bool), 0
 
     def tasks():
-        nonlocal n_extra
         for pred in records:
-            slot = slot_of.get(pred.image_id)
-            n_extra += slot is None
-            if slot is not None and not problems:  # after a problem: only check the rest
-                predicted[slot] = True
+            slot = evaluator.slot_of.get(pred.image_id)
+            if slot is None and pred.image_id in gt.skipped_ids:
+                evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
+            elif slot is None:
+                evaluator.other_records += 1
+            elif not problems:  # after a problem: only check the rest
                 yield slot, ImageTask(gt.images[slot], pred, source, settings)
-        for slot in np.flatnonzero(~predicted) if not problems else ():
-            yield slot, ImageTask(gt.images[slot], None, source, settings)
 
-    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
-    stores = {protocol: CountStore(len(gt.images), shapes) for protocol in settings.protocols}
-    audits, image_problems = np.zeros((len(gt.images), len(AUDIT_FIELDS)), np.int64), {}
-    checks = np.zeros((len(gt.images), len(CHECK_FIELDS)), np.int64)
-    C = settings.n_predicates
-    confusion = {protocol: np.zeros(C * (C + 1), np.int64) for protocol in settings.protocols}
+    image_problems, done = {}, 0
     if workers > 1:
         popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
     gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
     try:
-        for done, (slot, result) in enumerate(map_in_order(_evaluate_slot, tasks(), workers), 1):
-            if result.problems:
-                image_problems[slot] = result.problems
-            for protocol, counts in (result.counts or {}).items():
-                stores[protocol].put(slot, counts)
-                if "confusion" in counts:
-                    np.add.at(confusion[protocol], counts["confusion"][0], counts["confusion"][1])
-            if result.audit is not None:
-                audits[slot] = result.audit
-            checks[slot] = result.check
+        for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers):
+            if found:
+                image_problems[slot] = found
+            else:
+                evaluator._add(evaluator.images, slot, ImageRecord(digest, 1, values))
+            done += 1
             if progress:
                 progress(done, len(gt.images))
     finally:
@@ -2302,8 +2861,8 @@ def count_images(pred_path, gt, settings, workers=1, progress=None):
     problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
     if problems:
         raise SGEvalError(problems)
-    return Counted(stores, audits, checks, predicted, n_extra,
-                   {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
+    for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
+        progress(done, len(gt.images))
 
 
 def map_in_order(function, items, workers, batch=16):
@@ -2332,9 +2891,12 @@ def _map_batch(function, items):
 
 
 def _evaluate_slot(item):
-    """(slot, ImageTask) -> (slot, ImageResult): map_in_order's unit of work for count_images."""
+    """(slot, ImageTask) -> (slot, prediction_digest, problems, pack_record or None): the unit of
+    work of update_from_file."""
     slot, task = item
-    return slot, evaluate_image(task)
+    result = evaluate_image(task)
+    values = None if result.problems else pack_record(result, task.gt, task.settings)
+    return slot, prediction_digest(task.pred), result.problems, values
 
 
 PREDICATE_GROUP_PRESETS = {
@@ -2405,8 +2967,9 @@ def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def build_results(config, gt, counted, training, groups=None):
-    """The results dict (SPEC section 7) of a run's counts."""
+def build_results(config, gt, counted, training, groups=None, scope=None):
+    """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
+    ``duplicate_updates`` (default: all images, none)."""
     groups = groups or {}
     metrics_wanted = [family for family in config.metrics if family != "A" or config.task != "sgdet"]
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
@@ -2437,6 +3000,7 @@ def build_results(config, gt, counted, training, groups=None):
             "missing_predictions": int(np.count_nonzero(~counted.predicted)),
             "skipped_no_relations": gt.skipped_no_relations,
             "extra_predictions": counted.extra_predictions,
+            **(scope or {"scope": "all", "duplicate_updates": 0}),
         },
         **by_protocol[config.protocol],
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_rel) if n},
@@ -2626,7 +3190,8 @@ def main(config_path, quiet, compare_protocols, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
     if compare_protocols and options["protocols"] is None:
         options["protocols"] = ",".join(PROTOCOLS)
-    results = run_cli(lambda progress: evaluate(load_config(config_path, **options), progress), "evaluating", quiet)
+    results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
+                      "evaluating", quiet)
     click.echo(format_table(results))
     if results["config"]["output"]:
         click.echo(f"results written to {results['config']['output']}", err=True)

@@ -5,15 +5,17 @@ A *run* is any object with ``label`` (the model's name in legends) and ``results
 dict of ``sgeval.evaluate``, or its JSON file read back). Every function writes ``stem.<format>``
 for each of ``formats`` (png, pdf, svg), creating the folder, and returns the paths it wrote.
 Nothing to draw (no runs, no predicates, no value of the asked key) writes nothing and returns [].
-A null value is drawn as missing: no bar, a gap in a line.
+A null value is drawn as missing: no bar, a gap in a line. The predicate order and the confusions
+to outline are the caller's (sgeval_report's predicate_order and top_confusions, the order and rows
+of its tables); this module imports neither sgeval nor sgeval_report. ``sgeval_report.write_plots``
+draws every figure into a folder.
 
 Figures
 -------
 per_predicate_recall  Grouped bars, one per model and predicate: the per-predicate values of an
                       m-type key (R@k of each predicate for mR@k), in percent. Predicates in the
-                      order of the first run's GT counts (most frequent first, ties by name); when
-                      that run has predicate groups (head / body / tail), group by group, each group
-                      a shaded span named above the plot, the predicates of no group last.
+                      given order; each given group (head / body / tail) a shaded span of them
+                      named above the plot.
 recall_vs_k           R@k and mR@k (percent) against k: colour = model, line style and marker =
                       metric. Absolute k on the first panel, relative k (xN: N times the image's GT
                       relation count) on a second one when there is any; k on a log axis.
@@ -24,11 +26,8 @@ protocol_comparison   Per model, one bar per instance matching protocol of ``by_
 confusion_matrix      A run's ``predicate_confusion``: rows = GT predicates by frequency, columns =
                       the same predicates, any other predicted predicate, then "no prediction"; a
                       cell is the share (%) of the row's GT triplets whose pair the top k predicts
-                      with the column's predicate (white: none). The ``top`` most frequent
-                      confusions (off the diagonal, by GT triplets, "no prediction" not counted)
-                      are outlined and labelled with their share.
-write_plots           All of them into a folder: per_predicate, recall_vs_k, protocols and
-                      confusion-<slug of label> (.png, .pdf, .svg).
+                      with the column's predicate (white: none). The given confusions (GT
+                      predicate, predicted predicate) are outlined and labelled with their share.
 
 Figures have fixed sizes (constrained layout, never a tight bounding box): PAGE_WIDTH (two
 columns) for the per-predicate and confusion figures, COLUMN_WIDTH for one panel and PAGE_WIDTH
@@ -48,8 +47,6 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullLocator
 from matplotlib.transforms import blended_transform_factory
-
-from sgeval_report import predicate_order, top_confusions
 
 FORMATS = ("png", "pdf", "svg")
 DPI = 200  # PNG resolution, dots per inch
@@ -180,13 +177,15 @@ def _group_spans(ax, groups):
                 fontsize=SMALL_FONT_SIZE)
 
 
-def per_predicate_recall(runs, stem, formats=("png",), key="mR@50"):
-    """Grouped bars of each predicate's value of key (per model), predicates by GT frequency."""
+def per_predicate_recall(runs, order, stem, formats=("png",), key="mR@50"):
+    """Grouped bars of each predicate's value of key (per model). order = (names, groups): the
+    predicates from left to right and [(group name, start, stop)] index ranges of names to shade,
+    as sgeval_report.predicate_order gives them."""
     runs = list(runs)
     tables = [(run.results.get("per_predicate") or {}).get(key) for run in runs]
     if all(table is None for table in tables):
         return []
-    names, groups = predicate_order(runs[0].results)
+    names, groups = order
     if not names:
         return []
     return _save(stem, formats, PER_PREDICATE_SIZE, _draw_per_predicate, runs, tables, key, names, groups)
@@ -362,11 +361,11 @@ def row_shares(counts_RC):
     return counts_RC / np.maximum(counts_RC.sum(axis=1, keepdims=True), 1)
 
 
-def top_cells(confusion, rows, columns, top):
-    """[(row, column)] of confusion_table's cells holding the `top` confusions of sgeval_report's
-    table (top_confusions: by GT triplets off the diagonal, "no prediction" not counted)."""
+def top_cells(marked, rows, columns):
+    """[(row, column)] of confusion_table's cells of the marked confusions: (GT predicate, predicted
+    predicate, ...) tuples such as the rows of sgeval_report.top_confusions."""
     row_of, column_of = {name: r for r, name in enumerate(rows)}, {name: c for c, name in enumerate(columns)}
-    return [(row_of[gt], column_of[predicted]) for gt, predicted, *_ in top_confusions(confusion, max(top, 0))]
+    return [(row_of[gt], column_of[predicted]) for gt, predicted, *_ in marked]
 
 
 def _crowded_font_size(n):
@@ -374,8 +373,9 @@ def _crowded_font_size(n):
     return SMALL_FONT_SIZE if n <= 30 else TINY_FONT_SIZE
 
 
-def confusion_matrix(run, stem, formats=("png",), top=10):
-    """The run's predicate_confusion, each row divided by its GT total, the top confusions marked."""
+def confusion_matrix(run, marked, stem, formats=("png",)):
+    """The run's predicate_confusion, each row divided by its GT total, the marked confusions
+    outlined (see top_cells)."""
     confusion = run.results.get("predicate_confusion")
     rows, columns, counts_RC = confusion_table(confusion or {})
     if not rows:
@@ -384,7 +384,7 @@ def confusion_matrix(run, stem, formats=("png",), top=10):
     title = (f"{run.label}: predicate of the top-{confusion.get('k', '?')} prediction per GT triplet "
              f"({(run.results.get('config') or {}).get('protocol', 'headline')} protocol)")
     return _save(stem, formats, CONFUSION_SIZE, _draw_confusion, rows, columns, shares_RC,
-                 top_cells(confusion, rows, columns, top), title)
+                 top_cells(marked, rows, columns), title)
 
 
 def _draw_confusion(fig, rows, columns, shares_RC, marked, title):
@@ -412,24 +412,3 @@ def _draw_confusion(fig, rows, columns, shares_RC, marked, title):
     bar.outline.set_linewidth(LINE_WIDTH)
     bar.set_label(f"share of the row's GT triplets (%); outlined: the {len(marked)} most frequent confusions",
                   fontsize=SMALL_FONT_SIZE)
-
-
-# ---------------------------------------------------------------------------------------------
-# All figures
-# ---------------------------------------------------------------------------------------------
-
-
-def write_plots(runs, out_dir, formats=("png",), k="50"):
-    """Every figure into out_dir: per_predicate (mR@k), recall_vs_k, protocols (R@k, mR@k) and
-    confusion-<slug> for each run with a predicate_confusion; a figure without data is skipped.
-    Returns the paths written."""
-    runs, out_dir = list(runs), Path(out_dir)
-    if not runs:
-        return []
-    written = per_predicate_recall(runs, out_dir / "per_predicate", formats, key=f"mR@{k}")
-    written += recall_vs_k(runs, out_dir / "recall_vs_k", formats)
-    written += protocol_comparison(runs, out_dir / "protocols", formats, keys=(f"R@{k}", f"mR@{k}"))
-    for run, name in zip(runs, unique_slugs(run.label for run in runs)):
-        if run.results.get("predicate_confusion"):
-            written += confusion_matrix(run, out_dir / f"confusion-{name}", formats)
-    return written

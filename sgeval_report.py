@@ -619,8 +619,9 @@ def render(tables, fmt="markdown", decimals=1):
     return ("\n\n" if fmt == "csv" else "\n\n\n").join(RENDERERS[fmt](table, decimals) for table in tables) + "\n"
 
 
-def write_plots(runs, out_dir, formats, k):
-    """The figures of sgeval_plots.py; ReportError when matplotlib is not installed."""
+def _plots_module():
+    """sgeval_plots (imported here: only --plots needs matplotlib); ReportError when it or
+    matplotlib is not installed."""
     try:
         import sgeval_plots
     except ModuleNotFoundError as error:
@@ -628,9 +629,29 @@ def write_plots(runs, out_dir, formats, k):
             raise ReportError(["report: plots need sgeval_plots.py beside sgeval_report.py (pip install "
                                "'sgeval[plots]' has it)"]) from None
         raise ReportError([f"report: plots need matplotlib ({error}): pip install 'sgeval[plots]'"]) from None
-    grouped = [run._replace(results={**run.results, "predicate_groups": predicate_groups(run.results)})
-               for run in runs]  # the groups of the predicate table shade the per-predicate figure too
-    return sgeval_plots.write_plots(grouped, out_dir, tuple(formats), k)
+    return sgeval_plots
+
+
+def write_plots(runs, out_dir, formats=("png",), k="50"):
+    """Every figure of sgeval_plots into out_dir: per_predicate (mR@k; the predicates table's order
+    and groups), recall_vs_k, protocols (R@k, mR@k) and confusion-<slug of label> for each run with
+    a predicate_confusion (its top 10 confusions outlined); a figure without data is skipped.
+    Returns the paths written; ReportError when matplotlib is not installed."""
+    plots, out_dir = _plots_module(), Path(out_dir)
+    runs = [run._replace(results={**run.results, "predicate_groups": predicate_groups(run.results)})
+            for run in runs]  # the groups of the predicate table shade the per-predicate figure too
+    if not runs:
+        return []
+    written = plots.per_predicate_recall(runs, predicate_order(runs[0].results), out_dir / "per_predicate", formats,
+                                         key=f"mR@{k}")
+    written += plots.recall_vs_k(runs, out_dir / "recall_vs_k", formats)
+    written += plots.protocol_comparison(runs, out_dir / "protocols", formats, keys=(f"R@{k}", f"mR@{k}"))
+    for run, name in zip(runs, plots.unique_slugs(run.label for run in runs)):
+        confusion = run.results.get("predicate_confusion")
+        if confusion:
+            written += plots.confusion_matrix(run, top_confusions(confusion, 10), out_dir / f"confusion-{name}",
+                                              formats)
+    return written
 
 
 def _choices(value, allowed, option):

@@ -219,7 +219,7 @@ def draw_per_predicate(results, key, stem):
         return
     runs = [sgeval_report.Run(protocol, "", {**results, "per_predicate": section.get("per_predicate") or {}})
             for protocol, section in boards.sections(results).items()]
-    sgeval_plots.per_predicate_recall(runs, stem, ("png",), key=key)
+    sgeval_plots.per_predicate_recall(runs, sgeval_report.predicate_order(results), stem, ("png",), key=key)
 
 
 if __name__ == "__main__":

@@ -285,7 +285,7 @@ def assert_cli_reports(tmp_path, build):
     options prints exactly those, one `error:` line each."""
     config_path, options, n_problems = build(tmp_path)
     with pytest.raises(sgeval.SGEvalError) as info:
-        sgeval.evaluate(sgeval.load_config(config_path, **options))
+        sgeval.evaluate(sgeval.load_config(config_path, need_pred=True, **options))
     problems = checked(info.value)
     assert len(problems) == n_problems, problems
     args = ["--quiet"] + (["--config", config_path] if config_path else [])

@@ -896,6 +896,8 @@ def reference_evaluate(
             "missing_predictions": missing,
             "skipped_no_relations": skipped_no_relations,
             "extra_predictions": extra,
+            "scope": "all",
+            "duplicate_updates": 0,
         },
         "metrics": {key: _to_float(value) for key, value in metrics.items()},
         "per_predicate": {

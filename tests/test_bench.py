@@ -35,7 +35,8 @@ def evaluate(workload, layout, workers=1):
 def test_both_layouts_give_identical_results(workload):
     sgbench_layout, compact = evaluate(workload, "sgbench.zip"), evaluate(workload, "compact.zip")
     assert sgbench_layout["images"] == compact["images"] == {
-        "evaluated": 3, "missing_predictions": 0, "skipped_no_relations": 1, "extra_predictions": 1}
+        "evaluated": 3, "missing_predictions": 0, "skipped_no_relations": 1, "extra_predictions": 1,
+        "scope": "all", "duplicate_updates": 0}
     assert sgbench_layout["metrics"] == compact["metrics"]
     assert sgbench_layout["per_predicate"] == compact["per_predicate"]
     assert sgbench_layout["protocol_audit"] == compact["protocol_audit"]

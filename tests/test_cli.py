@@ -92,7 +92,7 @@ def test_yaml_config_run_prints_the_table_and_writes_the_json(tmp_path):
     assert results["metrics"]["R@20"] == pytest.approx(1 / 3, abs=1e-15)
     assert results["metrics"]["InstR"] == 1.0
     assert results["images"] == {"evaluated": 1, "missing_predictions": 0, "skipped_no_relations": 0,
-                                 "extra_predictions": 0}
+                                 "extra_predictions": 0, "scope": "all", "duplicate_updates": 0}
     assert results["per_predicate"]["mR@20"] == {"riding": 1.0, "on": 0.0, "beside": 0.0}
     assert results["sgeval_version"] == sgeval.__version__
 

@@ -61,14 +61,20 @@ def test_config_unknown_metric_family(tmp_path, metrics):
 
 
 def test_config_missing_gt_and_pred():
-    problems = config_problems({})
+    """gt is always required; pred only where a file is evaluated (an Evaluator needs none)."""
+    assert config_problems({}) == ["config: 'gt' is required"]
+    with pytest.raises(sgeval.SGEvalError) as caught:
+        sgeval.make_config({}, need_pred=True)
+    problems = caught.value.problems
     assert len(problems) == 2, problems
     assert matching(problems, "config", None, "'gt'") and matching(problems, "config", None, "'pred'")
+    with pytest.raises(sgeval.SGEvalError, match="'pred' is required"):
+        sgeval.evaluate(sgeval.make_config({"gt": "psg.json"}))
 
 
 def test_config_problems_are_collected(tmp_path):
     problems = config_problems({"k": ["20", "0"], "protocol": "x", "workers": 0, "metrics": ["Q"]})
-    assert len(problems) == 6, problems  # gt, pred, k, metrics, protocol, workers
+    assert len(problems) == 5, problems  # gt, k, metrics, protocol, workers
 
 
 @pytest.mark.parametrize("aggregation", ["mean", "", None, "POOLED", ["pooled"]])

@@ -7,6 +7,7 @@ paths), missing images, unsafe annotation ZIPs, the starter challenge config aga
 columns, and the builders."""
 
 import importlib
+import importlib.util
 import json
 import shutil
 import sys
@@ -25,17 +26,24 @@ PHASE_IDS = {"dev": 1, "test": 2}
 
 
 def import_as_worker(script_zip, compute, challenge_id):
-    """What the worker does with a challenge's evaluation script: compute/ on sys.path, the
-    packages challenge_data and challenge_data/challenge_<id> (empty __init__.py files), the ZIP
-    extracted into the latter, which is then imported."""
-    challenge_dir = compute / "challenge_data" / f"challenge_{challenge_id}"
+    """What the worker does with a challenge's evaluation script: empty __init__.py files in
+    compute/, compute/challenge_data/ and challenge_data/challenge_<id>/, the ZIP extracted into
+    the latter, which is then imported as the package challenge_data.challenge_<id>. The worker
+    finds challenge_data on sys.path (it appends compute/ to it); here challenge_data is loaded
+    from its folder and put in sys.modules (the challenge fixture removes it), and the import
+    system finds challenge_<id> and its modules in their folders, as in the worker."""
+    data_dir = compute / "challenge_data"
+    challenge_dir = data_dir / f"challenge_{challenge_id}"
     challenge_dir.mkdir(parents=True)
-    for folder in (compute, compute / "challenge_data", challenge_dir):
+    for folder in (compute, data_dir, challenge_dir):
         (folder / "__init__.py").touch()
     with zipfile.ZipFile(script_zip) as archive:
         assert all(not name.startswith("/") and ".." not in name for name in archive.namelist())
         archive.extractall(challenge_dir)
-    sys.path.append(str(compute))
+    spec = importlib.util.spec_from_file_location("challenge_data", data_dir / "__init__.py",
+                                                  submodule_search_locations=[str(data_dir)])
+    sys.modules["challenge_data"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["challenge_data"])
     importlib.invalidate_caches()
     return importlib.import_module(f"challenge_data.challenge_{challenge_id}"), challenge_dir
 
@@ -91,11 +99,9 @@ class Challenge:
 
 @pytest.fixture(scope="module")
 def challenge(tmp_path_factory):
-    kit = Challenge(tmp_path_factory.mktemp("evalai"))
     try:
-        yield kit
-    finally:
-        sys.path.remove(str(kit.compute))
+        yield Challenge(tmp_path_factory.mktemp("evalai"))
+    finally:  # also when the import failed half-way
         for name in [name for name in sys.modules if name.split(".")[0] == "challenge_data"]:
             del sys.modules[name]
 

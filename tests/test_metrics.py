@@ -110,7 +110,8 @@ def test_missing_empty_extra_and_skipped_images(tmp_path):
              pred_image(99, perfect_masks, [0, 1], [])]           # unknown: extra
     result = run_case(tmp_path, images, preds, k=["20"])
     assert result["images"] == {"evaluated": 3, "missing_predictions": 1,
-                                "skipped_no_relations": 1, "extra_predictions": 3}
+                                "skipped_no_relations": 1, "extra_predictions": 3,
+                                "scope": "all", "duplicate_updates": 0}
     m = result["metrics"]
     assert m["R@20"] == pytest.approx(1 / 3, abs=1e-15)
     # riding in images 1, 2, 4: (1 + 0 + 0) / 3; on only in image 4: 0 -> mR = (1/3 + 0) / 2.

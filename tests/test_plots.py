@@ -1,5 +1,6 @@
 """The figures of sgeval_plots.py, drawn from the demo's results (plus a predicate confusion made
-here) for two models: every file written at its fixed size and readable, the same bytes when drawn
+here) for two models, one by one and all of them by sgeval_report.write_plots (as `sgeval report
+--plots` draws them): every file written at its fixed size and readable, the same bytes when drawn
 again, null values, runs without protocols, groups or confusion, 56 long predicate names, empty
 input, the file names of write_plots, and the predicate order and confusion table by hand."""
 
@@ -15,6 +16,7 @@ from conftest import ROOT, sgeval
 from PIL import Image
 
 import sgeval_plots as plots
+import sgeval_report as report
 from tools import make_demo
 
 pytestmark = pytest.mark.filterwarnings("error")  # e.g. a constrained layout that could not fit the labels
@@ -88,6 +90,11 @@ def runs(demo_results):
     return [Run("Model A", a), Run("Model B (ours)", b)]
 
 
+def order(runs):
+    """The predicate order of the figures: the report's, of the first run."""
+    return report.predicate_order(runs[0].results)
+
+
 def pixels(size_inches):
     return round(size_inches[0] * plots.DPI), round(size_inches[1] * plots.DPI)
 
@@ -105,19 +112,19 @@ def check_file(path, size_inches):
 
 
 def test_write_plots_draws_every_figure_in_every_format_the_same_bytes_each_time(runs, tmp_path):
-    first = plots.write_plots(runs, tmp_path / "a" / "figures", formats=plots.FORMATS)
+    first = report.write_plots(runs, tmp_path / "a" / "figures", formats=plots.FORMATS)
     assert [path.name for path in first] == [f"{name}.{fmt}" for name in FIGURES for fmt in plots.FORMATS]
     for path in first:
         assert path.parent == tmp_path / "a" / "figures"
         check_file(path, DEMO_SIZES[path.stem])
     # Again, but for model B's confusion matrix (one of a kind is enough and it is slow to draw).
     b = {key: value for key, value in runs[1].results.items() if key != "predicate_confusion"}
-    second = plots.write_plots([runs[0], Run(runs[1].label, b)], tmp_path / "b", formats=plots.FORMATS)
+    second = report.write_plots([runs[0], Run(runs[1].label, b)], tmp_path / "b", formats=plots.FORMATS)
     assert [path.name for path in second] == [path.name for path in first[:-3]]
     for one, other in zip(first, second):
         assert one.read_bytes() == other.read_bytes(), one.name
     # A format's file does not depend on the others written with it; no date or software version.
-    alone = plots.per_predicate_recall(runs, tmp_path / "c" / "per_predicate", formats="svg")
+    alone = plots.per_predicate_recall(runs, order(runs), tmp_path / "c" / "per_predicate", formats="svg")
     assert alone[0].read_bytes() == (tmp_path / "a" / "figures" / "per_predicate.svg").read_bytes()
     for path in first:
         assert not re.search(rb"CreationDate|Matplotlib v|<dc:date>|Software", path.read_bytes()), path
@@ -129,7 +136,7 @@ def test_one_figure_writes_the_formats_asked_beside_its_stem(runs, tmp_path):
         tmp_path / "new" / "folder" / "recall.v2.pdf", tmp_path / "new" / "folder" / "recall.v2.png"]
     assert plots.recall_vs_k(runs, tmp_path / "one", formats="svg") == [tmp_path / "one.svg"]
     with pytest.raises(ValueError, match="tiff.*png, pdf, svg"):
-        plots.per_predicate_recall(runs, tmp_path / "bad" / "x", formats=("png", "tiff"))
+        plots.per_predicate_recall(runs, order(runs), tmp_path / "bad" / "x", formats=("png", "tiff"))
     assert not (tmp_path / "bad").exists()
 
 
@@ -141,12 +148,12 @@ def test_null_values_are_drawn_as_missing(runs, tmp_path):
     a["metrics"]["R@50"] = a["metrics"]["mR@x1"] = None
     b["metrics"] = dict.fromkeys(b["metrics"])
     a["by_protocol"]["openpsg"]["metrics"]["mR@50"] = None
-    paths = plots.write_plots(runs, tmp_path, formats=("png",))
+    paths = report.write_plots(runs, tmp_path, formats=("png",))
     assert [path.stem for path in paths] == list(FIGURES)
     for path in paths:
         check_file(path, DEMO_SIZES[path.stem])
     # With every value null a figure is still drawn: axes, labels and legend, no bars or lines.
-    assert plots.per_predicate_recall(runs[1:], tmp_path / "b" / "p") == [tmp_path / "b" / "p.png"]
+    assert plots.per_predicate_recall(runs[1:], order(runs[1:]), tmp_path / "b" / "p") == [tmp_path / "b" / "p.png"]
     assert plots.recall_vs_k(runs[1:], tmp_path / "b" / "r") == [tmp_path / "b" / "r.png"]
 
 
@@ -154,9 +161,10 @@ def test_a_run_without_protocols_groups_confusion_or_relative_k(demo_results, tm
     bare = copy.deepcopy(demo_results)
     del bare["by_protocol"], bare["predicate_confusion"]
     bare["predicate_groups"] = {}
+    del bare["training_relations_per_predicate"]  # nor groups by write_plots' frequency split
     bare["config"]["k"] = ["20", "50", "100"]
     bare["metrics"] = {key: value for key, value in bare["metrics"].items() if "@x" not in key}
-    paths = plots.write_plots([Run("bare", bare)], tmp_path, formats=("png",))
+    paths = report.write_plots([Run("bare", bare)], tmp_path, formats=("png",))
     assert [path.name for path in paths] == ["per_predicate.png", "recall_vs_k.png", "protocols.png"]
     check_file(paths[0], plots.PER_PREDICATE_SIZE)
     check_file(paths[1], plots.panel_size(1))  # absolute k only: one panel, one column wide
@@ -167,28 +175,28 @@ def test_write_plots_skips_a_figure_without_its_data_and_names_confusions_apart(
     # No run has k = 30: no per-predicate figure and no protocol comparison; the rest is drawn, the
     # confusion files of labels of the same slug told apart.
     runs[1] = Run("model a!", runs[1].results)
-    paths = plots.write_plots(runs, tmp_path, k="30")
+    paths = report.write_plots(runs, tmp_path, k="30")
     assert [path.name for path in paths] == ["recall_vs_k.png", "confusion-model-a.png", "confusion-model-a-2.png"]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(path.name for path in paths)
     # A key in some runs only: drawn, the others' bars missing.
     del runs[1].results["per_predicate"]["mR@50"]
-    assert [path.name for path in plots.per_predicate_recall(runs, tmp_path / "mr")] == ["mr.png"]
+    assert [path.name for path in plots.per_predicate_recall(runs, order(runs), tmp_path / "mr")] == ["mr.png"]
     assert plots.protocol_comparison(runs, tmp_path / "none", keys=("R@7", "PRank@3")) == []
 
 
 def test_empty_input_writes_nothing(demo_results, tmp_path):
-    assert plots.write_plots([], tmp_path) == []
+    assert report.write_plots([], tmp_path) == []
     empty = {"config": {"k": ["50"], "protocol": "unique"}, "metrics": {}, "per_predicate": {"mR@50": {}},
              "gt_relations_per_predicate": {}, "predicate_groups": {},
              "predicate_confusion": {"k": "50", "counts": {}, "no_prediction": {}}}
     run = Run("empty", empty)
-    assert plots.write_plots([run], tmp_path, formats=plots.FORMATS) == []
-    assert plots.per_predicate_recall([run], tmp_path / "p") == []
+    assert report.write_plots([run], tmp_path, formats=plots.FORMATS) == []
+    assert plots.per_predicate_recall([run], order([run]), tmp_path / "p") == []
     assert plots.recall_vs_k([run], tmp_path / "r") == []
     assert plots.protocol_comparison([run], tmp_path / "c") == []
-    assert plots.confusion_matrix(run, tmp_path / "m") == []
+    assert plots.confusion_matrix(run, [], tmp_path / "m") == []
     no_confusion = {key: value for key, value in demo_results.items() if key != "predicate_confusion"}
-    assert plots.confusion_matrix(Run("none", no_confusion), tmp_path / "m") == []
+    assert plots.confusion_matrix(Run("none", no_confusion), [], tmp_path / "m") == []
     assert list(tmp_path.iterdir()) == []
 
 
@@ -204,9 +212,10 @@ def test_56_long_predicate_names_fit_the_fixed_sizes(tmp_path):
                "predicate_groups": {"head": names[:10], "body": names[10:30], "tail": names[30:]}}
     results["predicate_confusion"] = synthetic_confusion(results, 0.4)
     runs = [Run("A model with a long name", results), Run("B", scaled(results, 0.5))]
-    paths = plots.per_predicate_recall(runs, tmp_path / "per_predicate", formats=("png", "pdf"))
+    paths = plots.per_predicate_recall(runs, order(runs), tmp_path / "per_predicate", formats=("png", "pdf"))
     check_file(paths[0], plots.PER_PREDICATE_SIZE)
-    paths = plots.confusion_matrix(runs[0], tmp_path / "confusion", formats=("png", "svg"))
+    marked = report.top_confusions(results["predicate_confusion"], 10)
+    paths = plots.confusion_matrix(runs[0], marked, tmp_path / "confusion", formats=("png", "svg"))
     check_file(paths[0], plots.CONFUSION_SIZE)
     check_file(paths[1], plots.CONFUSION_SIZE)
 
@@ -219,9 +228,9 @@ def test_file_names_of_labels():
 
 def test_predicate_order_by_frequency_then_by_group():
     results = {"gt_relations_per_predicate": {"on": 5, "beside": 2, "above": 2, "has": 9}, "predicate_groups": {}}
-    assert plots.predicate_order(results) == (["has", "on", "above", "beside"], [])
+    assert report.predicate_order(results) == (["has", "on", "above", "beside"], [])
     results["predicate_groups"] = {"head": ["on"], "body": ["not in the GT"], "tail": ["beside", "has", "gone"]}
-    assert plots.predicate_order(results) == (["on", "has", "beside", "above"], [("head", 0, 1), ("tail", 1, 3)])
+    assert report.predicate_order(results) == (["on", "has", "beside", "above"], [("head", 0, 1), ("tail", 1, 3)])
 
 
 def test_confusion_table_and_its_top_confusions():
@@ -237,9 +246,9 @@ def test_confusion_table_and_its_top_confusions():
                                                              [0, 0, 0, 0, 1]])
     # The report's top confusions: by count, off the diagonal, "no prediction" (beside's 2) not
     # counted; ties by name.
-    assert plots.top_cells(confusion, rows, columns, 10) == [(1, 0), (0, 1), (0, 3)]
-    assert plots.top_cells(confusion, rows, columns, 1) == [(1, 0)]
-    assert plots.top_cells(confusion, rows, columns, 0) == []
+    assert plots.top_cells(report.top_confusions(confusion, 10), rows, columns) == [(1, 0), (0, 1), (0, 3)]
+    assert plots.top_cells(report.top_confusions(confusion, 1), rows, columns) == [(1, 0)]
+    assert plots.top_cells(report.top_confusions(confusion, 0), rows, columns) == []
 
 
 def test_only_sgeval_plots_imports_matplotlib_and_never_pyplot():

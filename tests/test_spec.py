@@ -275,6 +275,8 @@ def test_fixture_a_selection_relative_k_and_prank(mode, evaluate):
         "missing_predictions": 0,
         "skipped_no_relations": 0,
         "extra_predictions": 0,
+        "scope": "all",
+        "duplicate_updates": 0,
     }
     assert_metrics(
         result,
@@ -626,6 +628,8 @@ def test_fixture_d_aggregation(evaluate):
         "missing_predictions": 1,
         "skipped_no_relations": 1,
         "extra_predictions": 3,
+        "scope": "all",
+        "duplicate_updates": 0,
     }
     assert_metrics(
         result,
@@ -665,6 +669,8 @@ def test_no_evaluated_images_gives_none_everywhere(evaluate):
             "missing_predictions": 0,
             "skipped_no_relations": 1,
             "extra_predictions": 5,
+            "scope": "all",
+            "duplicate_updates": 0,
         }
         assert set(result["metrics"]) == {
             "R@20", "mR@20", "ngR@20", "mNgR@20", "PR@20", "InstR", "R@inf", "mR@inf", "PRank",
