@@ -313,12 +313,6 @@ def demo_data(tmp_path_factory):
 # A model's test loop: the converters' image_arrays fed to sgeval.Evaluator
 # ---------------------------------------------------------------------------------------------
 
-# sgeval.Evaluator (issue 28) is being written on main; the tests that update one are skipped until
-# it is merged into the branch they run on.
-needs_evaluator = pytest.mark.skipif(not hasattr(sgeval, "Evaluator"),
-                                     reason="sgeval.Evaluator (issue 28) is not in this sgeval.py yet")
-
-
 class LiveTensor:
     """What the converters use of a torch tensor in a test loop: detach().cpu().numpy()."""
 

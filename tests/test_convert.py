@@ -20,8 +20,7 @@ import zipfile
 import numpy as np
 import pytest
 import yaml
-from conftest import (ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates,
-                      needs_evaluator, sgeval, synth)
+from conftest import ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval, synth
 
 from convert import common, hilo, openpsg, pairnet
 
@@ -507,7 +506,6 @@ def test_image_arrays_are_the_rows_the_file_converter_writes(tmp_path, standins,
     assert empty == ([truth.images[0].image_id] if family in ("two-stage", "psgtr-panoptic", "hilo") else [])
 
 
-@needs_evaluator
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_an_evaluator_updated_in_a_test_loop_gives_the_converted_file_s_results(tmp_path, standins, gt_case, family):
     _, convert, kwargs, result_class, protocol, *_ = FAMILIES[family]

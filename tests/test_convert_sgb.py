@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import (LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, needs_evaluator,
-                      sgeval)
+from conftest import LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval
 
 from convert import __main__ as convert_main
 from convert import common, sgb, zeroshot
@@ -331,7 +330,6 @@ def test_image_arrays_checks_a_groundtruth_and_names_the_image(gt):
     assert all(np.array_equal(auto[key], updates[0][1][key]) for key in ("labels", "triplets", "ng_triplets", "boxes"))
 
 
-@needs_evaluator
 @pytest.mark.parametrize("task", ["predcls", "sgcls", "sgdet"])
 def test_an_evaluator_updated_in_inference_gives_the_converted_file_s_results(tmp_path, gt, task):
     sgb.convert(write_results(tmp_path / "r.pytorch", resized_predictions()), tmp_path / "out.zip", gt, task=task)
