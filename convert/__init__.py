@@ -10,6 +10,17 @@ Run them as modules from the repository root (they import ``sgeval`` and each ot
     python -m convert.zeroshot zeroshot_triplet.pytorch zeroshot.json               # SGB's zero-shot list
     python -m convert --config configs/hilo.yaml                  # what `make eval MODEL=hilo` runs first
 
+In a model's test loop, each family's ``image_arrays`` converts one image's output (a ``Result``
+or a ``BoxList``, numpy arrays or torch tensors) into the keyword arguments of
+``sgeval.Evaluator.update``, by the code the file converter runs:
+
+    ev.update(image.image_id, **convert.openpsg.image_arrays(result, image, n_objects, n_predicates))
+    ev.update(image.image_id, **convert.sgb.image_arrays(prediction, image, n_objects, n_predicates, task="sgdet"))
+
+(also ``convert.hilo.image_arrays``, ``convert.pairnet.image_arrays``; ``image`` is the
+sgeval.GTImage of the output, found by position as the file converters find it.)
+
 The shared rules and the restricted unpickler live in ``convert/common.py``; ``convert/README.md``
-lists what each converter decided.
+lists what each converter decided and has complete test-loop examples for OpenPSG and
+Scene-Graph-Benchmark / PySGG.
 """

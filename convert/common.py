@@ -36,8 +36,13 @@ whatever the pickle's size; large strings and bytes (over ``LAZY_BYTES``) are le
 ``_Payload`` positions and read by the process that converts the image (``load_source``).
 ``convert_all`` converts and encodes images in ``workers`` processes, in order.
 
-Per-image rules (``convert_image``; each family picks the ``Rules``, see convert/README.md)
-------------------------------------------------------------------------------------------
+Per-image rules (``result_arrays``; each family picks the ``Rules``, see convert/README.md)
+-------------------------------------------------------------------------------------------
+One image's conversion gives the keyword arguments of ``sgeval.Evaluator.update`` (``labels``,
+``triplets``, ``ng_triplets``, ``masks``, ``boxes``, ``scores``: ``update_arrays``). Each family's
+public ``image_arrays`` returns them for a result handed over in a test loop (torch tensors
+allowed); the file converter writes the record ``as_record`` derives from the same arrays.
+
 * ``triplets``: every relation row once, in the model's row order, repeated rows and self-pairs
   included (each protocol's selection decides what to skip); predicate = argmax of
   ``rel_dists[:, 1:]`` (OpenPSG's rule, first column on ties) or ``rel_labels - 1``.
@@ -765,17 +770,79 @@ class Options:
         return self
 
 
-def empty_result():
-    """(record, masks, notes) of an image without predictions (zero hits; openpsg leaves it out)."""
-    return {"instances": [], "triplets": [], "ng_triplets": []}, None, collections.Counter(images=1, empty=1)
+def update_arrays(labels, triplets, ng_triplets, masks=None, boxes=None, scores=None):
+    """The keyword arguments of ``sgeval.Evaluator.update`` for one image, in fixed dtypes:
+    labels (P,) int64, 0-based categories; triplets (N, 3) and ng_triplets (M, 3) int64 [s, o, p],
+    best first; masks (P, H, W) bool or None; boxes (P, 4) float64 xyxy or None; scores (P,)
+    float64 or None."""
+    return {"labels": np.asarray(labels, np.int64).reshape(-1),
+            "triplets": np.asarray(triplets, np.int64).reshape(-1, 3),
+            "ng_triplets": np.asarray(ng_triplets, np.int64).reshape(-1, 3),
+            "masks": None if masks is None else np.asarray(masks, bool),
+            "boxes": None if boxes is None else np.asarray(boxes, np.float64).reshape(-1, 4),
+            "scores": None if scores is None else np.asarray(scores, np.float64).reshape(-1)}
+
+
+def as_record(arrays, notes):
+    """(record, masks, notes) for the file converter from one image's update_arrays: the record
+    holds ``instances`` (category, bbox when boxes are given, score when scores are), ``triplets``
+    and ``ng_triplets``; masks are arrays["masks"]."""
+    boxes, scores = arrays["boxes"], arrays["scores"]
+    instances = [{"category": int(category)} for category in arrays["labels"]]
+    for instance, box in zip(instances, [] if boxes is None else boxes):
+        instance["bbox"] = [float(v) for v in box]
+    for instance, score in zip(instances, [] if scores is None else scores):
+        instance["score"] = float(score)
+    record = {"instances": instances, "triplets": arrays["triplets"], "ng_triplets": arrays["ng_triplets"]}
+    return record, arrays["masks"], notes
+
+
+def empty_arrays(image):
+    """(update_arrays, notes) of a mask family's image without predictions: no instances, no
+    triplets, masks (0, H, W) (zero hits; openpsg leaves it out)."""
+    arrays = update_arrays(np.zeros(0), np.zeros((0, 3)), np.zeros((0, 3)),
+                           np.zeros((0, image.height, image.width), bool), np.zeros((0, 4)))
+    return arrays, collections.Counter(images=1, empty=1)
+
+
+def as_result(result):
+    """A raw result as the converters read it: a RawResult as it is; a dict, or an object keeping
+    its fields as attributes (an OpenPSG ``Result``: its ``__dict__`` is what pickle saves), as a
+    RawResult of those fields."""
+    if isinstance(result, RawResult):
+        return result
+    fields = result if isinstance(result, dict) else getattr(result, "__dict__", None)
+    if not isinstance(fields, dict):
+        raise ConvertError([f"a result must be a Result (an object with attributes) or a dict, not "
+                            f"{type(result).__name__}"])
+    return RawResult(fields)
+
+
+def is_tensor(value):
+    """Whether value is a torch tensor (it has ``detach``), told without importing torch."""
+    return callable(getattr(value, "detach", None))
+
+
+def as_numpy(value):
+    """A torch tensor on any device as a numpy array (``detach().cpu().numpy()``); anything else
+    unchanged."""
+    return value.detach().cpu().numpy() if is_tensor(value) else value
+
+
+def image_where(image):
+    """How problems name an image converted outside a file (in a test loop)."""
+    return f"image {image.image_id}"
 
 
 def field(result, name, where, required=True):
     """A field as a numeric numpy array, or None when absent and not required. A one-element list
-    around an array (two-stage results) is unwrapped; empty torch tensors are empty arrays."""
+    around an array (two-stage results) is unwrapped; torch tensors are read with as_numpy; empty
+    torch tensors of a pickle are empty arrays."""
     value = result.get(name)
-    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], (np.ndarray, TorchObject)):
+    if isinstance(value, (list, tuple)) and len(value) == 1 and (
+            isinstance(value[0], (np.ndarray, TorchObject)) or is_tensor(value[0])):
         value = value[0]
+    value = as_numpy(value)
     if value is None:
         if required:
             raise ConvertError([f"{where}: missing field '{name}'"])
@@ -881,12 +948,12 @@ def _object_scores(refine_bboxes, n_instances, where):
     return scores if scores.any() else None
 
 
-def convert_image(result, image, where, n_objects, n_predicates, rules, options):
-    """One raw result -> (record {instances, triplets, ng_triplets}, masks (N, H, W) bool or None,
-    notes Counter). ``image`` is the sgeval.GTImage the result belongs to."""
+def result_arrays(result, image, where, n_objects, n_predicates, rules, options):
+    """One raw result (a RawResult) of a mask family -> (update_arrays, notes Counter). ``image``
+    is the sgeval.GTImage the result belongs to; ``where`` names it in problems."""
     labels = _integers(field(result, "labels", where), "labels", (None,), where)
     if len(labels) == 0:
-        return empty_result()
+        return empty_arrays(image)
     _out_of_range(labels, 1, n_objects, "labels", where, f"labels are 1-based object classes 1..{n_objects}")
     masks = field(result, "masks", where)
     if masks.shape != (len(labels), image.height, image.width):
@@ -897,7 +964,7 @@ def convert_image(result, image, where, n_objects, n_predicates, rules, options)
     pairs = np.zeros((0, 2), np.int64) if pairs is None or pairs.size == 0 else \
         _integers(pairs, "rel_pair_idxes", (None, 2), where)
     if rules.empty_placeholder and len(labels) == 1 and len(pairs) == 0 and labels[0] == 1 and masks.all():
-        return empty_result()
+        return empty_arrays(image)
     _out_of_range(pairs, 0, len(labels) - 1, "rel_pair_idxes", where, f"only {len(labels)} instances exist")
     notes = collections.Counter(images=1)
     predicates, probabilities = _relation_rows(result, len(pairs), n_predicates, where, options, notes)
@@ -907,14 +974,16 @@ def convert_image(result, image, where, n_objects, n_predicates, rules, options)
     boxes = mask_boxes(masks) if raw_boxes is None else raw_boxes
     scores = _object_scores(refine_bboxes, len(labels), where) if rules.object_scores else None
     ng_triplets = rank_ng(pairs, probabilities, scores, options.ng_top, options.ng_per_predicate)
-    instances = [{"category": int(label) - 1, "bbox": [float(v) for v in box]} for label, box in zip(labels, boxes)]
-    for instance, score in zip(instances, [] if scores is None else scores):
-        instance["score"] = float(score)
-    record = {"instances": instances, "triplets": np.column_stack([pairs, predicates]).astype(np.int64),
-              "ng_triplets": ng_triplets}
-    notes.update(instances=len(instances), triplets=len(pairs), ng_triplets=len(ng_triplets),
+    arrays = update_arrays(labels - 1, np.column_stack([pairs, predicates]), ng_triplets, masks, boxes, scores)
+    notes.update(instances=len(labels), triplets=len(pairs), ng_triplets=len(ng_triplets),
                  object_scores=int(scores is not None), raw_boxes=int(raw_boxes is not None))
-    return record, masks, notes
+    return arrays, notes
+
+
+def convert_image(result, image, where, n_objects, n_predicates, rules, options):
+    """One raw result -> (record {instances, triplets, ng_triplets}, masks (N, H, W) bool or None,
+    notes Counter): result_arrays as the file converter writes them (as_record)."""
+    return as_record(*result_arrays(result, image, where, n_objects, n_predicates, rules, options))
 
 
 def _relation_rows(result, n_rows, n_predicates, where, options, notes):
@@ -1078,6 +1147,37 @@ CONVERT_DOC = """Convert a {name} raw output (a pickle, or a directory of per-im
     and encoding images (the same output for any number). Returns a summary dict; raises
     ConvertError (an sgeval.SGEvalError) listing every problem, and then writes nothing.
     """
+
+
+IMAGE_ARRAYS_DOC = """One {name} result -> the keyword arguments of ``sgeval.Evaluator.update`` for its
+    image: the arrays the file converter writes for it (the same rules, the same code).
+
+    result: a ``Result`` as the model returns it (fields as attributes, numpy arrays or torch
+    tensors on any device), a dict of those fields, or a RawResult; image: the sgeval.GTImage it
+    belongs to (masks must have its size); n_objects, n_predicates: the GT's vocabulary sizes,
+    ``len(gt.object_classes)`` and ``len(gt.predicate_classes)``; predicate_source, ng_top,
+    ng_per_predicate: as for ``convert``.{options}
+
+    Returns {{"labels": (P,) int64 0-based categories, "triplets": (N, 3) int64, "ng_triplets":
+    (M, 3) int64, "masks": (P, H, W) bool, "boxes": (P, 4) float64 xyxy, "scores": (P,) float64,
+    or None where the family has no object scores}}; an empty result has P = N = M = 0. Raises
+    ConvertError (an sgeval.SGEvalError) naming the image and the field.
+    """
+
+
+def family_image_arrays(name, rules):
+    """``image_arrays(result, image, n_objects, n_predicates, ...)`` for a family whose results all
+    follow one set of Rules (IMAGE_ARRAYS_DOC)."""
+
+    def image_arrays(result, image, n_objects, n_predicates, *, predicate_source="rel_dists", ng_top=NG_TOP,
+                     ng_per_predicate=NG_PER_PREDICATE):
+        options = Options(predicate_source, ng_top, ng_per_predicate).check()
+        arrays, _ = result_arrays(as_result(result), image, image_where(image), n_objects, n_predicates, rules,
+                                  options)
+        return arrays
+
+    image_arrays.__doc__ = IMAGE_ARRAYS_DOC.format(name=name, options="")
+    return image_arrays
 
 
 def family_converter(family, name, rules):

@@ -20,6 +20,7 @@ from convert import common
 FAMILY = "hilo"
 RULES = common.Rules(raw_boxes=False, object_scores=True)
 convert = common.family_converter(FAMILY, "HiLo", RULES)
+image_arrays = common.family_image_arrays("HiLo", RULES)
 main = common.make_cli(convert, __doc__.split("\n\n")[0])
 
 if __name__ == "__main__":

@@ -53,19 +53,42 @@ def detect_layout(result, where):
     return "complete" if complete else "panoptic"
 
 
-def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto"):
-    """One OpenPSG result -> (record, masks, notes); see common.convert_image."""
+def layout_arrays(result, image, where, n_objects, n_predicates, options, layout="auto"):
+    """One OpenPSG result (a RawResult) -> (update arrays, notes) in its layout; see
+    common.result_arrays."""
     kind = detect_layout(result, where) if layout == "auto" else layout
     if kind == "two-stage" and is_two_stage_empty(result):
-        record, masks, notes = common.empty_result()
+        arrays, notes = common.empty_arrays(image)
     else:
         if layout == "complete" and detect_layout(result, where) != "complete":
             raise common.ConvertError([f"{where}: --layout complete, but the result does not have 2T "
                                        f"instances and rows [[i, T + i]]"])
-        record, masks, notes = common.convert_image(result, image, where, n_objects, n_predicates,
-                                                    RULES[kind], options)
+        arrays, notes = common.result_arrays(result, image, where, n_objects, n_predicates, RULES[kind], options)
     notes[f"layout:{kind}"] += 1
-    return record, masks, notes
+    return arrays, notes
+
+
+def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto"):
+    """One OpenPSG result -> (record, masks, notes): layout_arrays as the file converter writes them."""
+    return common.as_record(*layout_arrays(result, image, where, n_objects, n_predicates, options, layout))
+
+
+def image_arrays(result, image, n_objects, n_predicates, *, layout="auto", predicate_source="rel_dists",
+                 ng_top=common.NG_TOP, ng_per_predicate=common.NG_PER_PREDICATE):
+    _check_layout(layout)
+    options = common.Options(predicate_source, ng_top, ng_per_predicate).check()
+    arrays, _ = layout_arrays(common.as_result(result), image, common.image_where(image), n_objects, n_predicates,
+                              options, layout)
+    return arrays
+
+
+image_arrays.__doc__ = common.IMAGE_ARRAYS_DOC.format(name="OpenPSG", options="""
+    layout: auto | two-stage | complete | panoptic (module docstring); auto detects it per image.""")
+
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise common.ConvertError([f"layout '{layout}' is not one of {', '.join(LAYOUTS)}"])
 
 
 def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=common.NG_TOP,
@@ -75,8 +98,7 @@ def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=co
     layout: auto | two-stage | complete | panoptic (module docstring); the other arguments are
     those of common.CONVERT_DOC. Returns a summary dict; raises common.ConvertError.
     """
-    if layout not in LAYOUTS:
-        raise common.ConvertError([f"layout '{layout}' is not one of {', '.join(LAYOUTS)}"])
+    _check_layout(layout)
     options = common.Options(predicate_source, ng_top, ng_per_predicate)
 
     def image_fn(result, image, where, n_objects, n_predicates, options):

@@ -20,6 +20,7 @@ from convert import common
 FAMILY = "pairnet"
 RULES = common.Rules(raw_boxes=False, object_scores=True)  # a zero score column counts as no scores
 convert = common.family_converter(FAMILY, "Pair-Net", RULES)
+image_arrays = common.family_image_arrays("Pair-Net", RULES)
 main = common.make_cli(convert, __doc__.split("\n\n")[0])
 
 if __name__ == "__main__":

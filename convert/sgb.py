@@ -125,9 +125,22 @@ def guess_task(prediction):
 # ---------------------------------------------------------------------------------------------
 
 
+def as_boxlist(value, where, label):
+    """A BoxList as the converter reads it: common.BoxList as it is; a BoxList object of
+    Scene-Graph-Benchmark or PySGG (``bbox``, ``size``, ``mode`` and ``extra_fields`` as
+    attributes, tensors on any device) as a common.BoxList of its attributes."""
+    if isinstance(value, common.BoxList):
+        return value
+    fields = getattr(value, "__dict__", None)
+    if not isinstance(fields, dict) or "bbox" not in fields:
+        raise common.ConvertError([f"{where}: {label} is a {type(value).__name__}, not a BoxList"])
+    return common.BoxList(fields)
+
+
 def _array(boxlist, name, where, label, kinds="biuf"):
-    """A BoxList field (``bbox`` or an extra field) as a numpy array of one of the kinds."""
-    value = boxlist.get("bbox") if name == "bbox" else boxlist.extra_field(name)
+    """A BoxList field (``bbox`` or an extra field) as a numpy array of one of the kinds (a torch
+    tensor is read with common.as_numpy)."""
+    value = common.as_numpy(boxlist.get("bbox") if name == "bbox" else boxlist.extra_field(name))
     if value is None:
         raise common.ConvertError([f"{where}: {label} has no field '{name}'"])
     if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
@@ -226,9 +239,9 @@ def _short(array):
     return " ".join(text.split())
 
 
-def convert_image(result, image, where, n_objects, n_predicates, options, task):
-    """One image's {prediction, groundtruth} -> (record, None, notes); see the module docstring."""
-    prediction, groundtruth = result.get("prediction"), result.get("groundtruth")
+def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predicates, options, task):
+    """One image's prediction BoxList (and the file's groundtruth BoxList, or None) ->
+    (common.update_arrays, notes); see the module docstring."""
     if groundtruth is not None:
         check_groundtruth(groundtruth, image, where, n_objects, n_predicates)
     label = "prediction"
@@ -244,10 +257,7 @@ def convert_image(result, image, where, n_objects, n_predicates, options, task):
     predicates = probabilities.argmax(axis=1) if len(pairs) else np.zeros(0, np.int64)
     ng_triplets = common.rank_ng(pairs, probabilities, None if task == "predcls" else scores, options.ng_top,
                                  options.ng_per_predicate)
-    instances = [{"category": int(category) - 1, "bbox": [float(v) for v in box], "score": float(score)}
-                 for category, box, score in zip(labels, boxes, scores)]
-    record = {"instances": instances, "triplets": np.column_stack([pairs, predicates]).astype(np.int64),
-              "ng_triplets": ng_triplets}
+    arrays = common.update_arrays(labels - 1, np.column_stack([pairs, predicates]), ng_triplets, None, boxes, scores)
     notes = collections.Counter({"images": 1, f"task:{task}": 1, "instances": count, "triplets": len(pairs),
                                  "ng_triplets": len(ng_triplets), "raw_boxes": 1, "resized": int(resized),
                                  "object_scores": int(task != "predcls"),
@@ -255,12 +265,49 @@ def convert_image(result, image, where, n_objects, n_predicates, options, task):
                                  "task_fields_differ": int(guess_task(prediction) != task),
                                  "box_count_differs": int(task != "sgdet" and count != len(image.categories))})
     notes.update(_rel_labels_notes(prediction, predicates))
-    return record, None, notes
+    return arrays, notes
+
+
+def convert_image(result, image, where, n_objects, n_predicates, options, task):
+    """One image's {prediction, groundtruth} -> (record, None, notes): prediction_arrays as the file
+    converter writes them."""
+    return common.as_record(*prediction_arrays(result.get("prediction"), result.get("groundtruth"), image, where,
+                                               n_objects, n_predicates, options, task))
+
+
+def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", groundtruth=None, ng_top=common.NG_TOP,
+                 ng_per_predicate=common.NG_PER_PREDICATE):
+    """One Scene-Graph-Benchmark / PySGG prediction BoxList -> the keyword arguments of
+    ``sgeval.Evaluator.update`` for its image: the arrays ``convert`` writes for it (the same rules,
+    the same code; box mode).
+
+    prediction: the BoxList the model returns for the image (tensors on any device; its ``size``
+    may be the model's input size: boxes are resized to the GT image as the evaluator resizes
+    them), or a common.BoxList; image: the sgeval.GTImage it belongs to; n_objects, n_predicates:
+    the GT's vocabulary sizes, ``len(gt.object_classes)`` and ``len(gt.predicate_classes)``; task:
+    predcls | sgcls | sgdet (the ng_triplets ranking leaves out object scores in predcls), or auto
+    to guess from this prediction's fields (``convert`` guesses once, from the first prediction);
+    groundtruth: optional BoxList of the evaluator's GT (``labels``, ``relation_tuple``), checked
+    against the image; ng_top, ng_per_predicate: as for ``convert``.
+
+    Returns {"labels": (P,) int64 0-based categories, "triplets": (N, 3) int64, "ng_triplets":
+    (M, 3) int64, "masks": None, "boxes": (P, 4) float64 xyxy, "scores": (P,) float64}. Raises
+    common.ConvertError (an sgeval.SGEvalError) naming the image and the field.
+    """
+    if task not in TASKS:
+        raise common.ConvertError([f"task '{task}' is not one of {', '.join(TASKS)}"])
+    options = common.Options(ng_top=ng_top, ng_per_predicate=ng_per_predicate).check()
+    where = common.image_where(image)
+    prediction = as_boxlist(prediction, where, "prediction")
+    groundtruth = None if groundtruth is None else as_boxlist(groundtruth, where, "groundtruth")
+    chosen = guess_task(prediction) if task == "auto" else task
+    arrays, _ = prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predicates, options, chosen)
+    return arrays
 
 
 def _rel_labels_notes(prediction, predicates):
     """How often pred_rel_labels (ignored, as the evaluator ignores it) differ from argmax + 1."""
-    labels = prediction.extra_field("pred_rel_labels")
+    labels = common.as_numpy(prediction.extra_field("pred_rel_labels"))
     if not isinstance(labels, np.ndarray) or labels.shape != predicates.shape or labels.dtype.kind not in "iu":
         return {}
     return {"pred_rel_rows": len(labels), "pred_rel_labels_differ": int(np.count_nonzero(labels != predicates + 1))}

@@ -307,3 +307,64 @@ def demo_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-data")
     make_demo.make_demo(out)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A model's test loop: the converters' image_arrays fed to sgeval.Evaluator
+# ---------------------------------------------------------------------------------------------
+
+class LiveTensor:
+    """What the converters use of a torch tensor in a test loop: detach().cpu().numpy()."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.array
+
+
+def assert_arrays_written(arrays, pred, source, image):
+    """One image's image_arrays equal what the file converter wrote for it: pred is its PredImage
+    read in box mode (boxes kept), source the PredSource its masks are read from."""
+    assert arrays["labels"].dtype == arrays["triplets"].dtype == arrays["ng_triplets"].dtype == np.int64
+    assert np.array_equal(arrays["labels"], pred.categories)
+    assert np.array_equal(arrays["triplets"], pred.triplets) and np.array_equal(arrays["ng_triplets"], pred.ng_triplets)
+    assert arrays["boxes"].dtype == np.float64 and np.array_equal(arrays["boxes"], pred.boxes.reshape(-1, 4))
+    if arrays["scores"] is None or not len(arrays["labels"]):
+        assert pred.scores is None or not len(pred.scores)
+    else:
+        assert arrays["scores"].dtype == np.float64 and np.array_equal(arrays["scores"], pred.scores)
+    if arrays["masks"] is None:
+        assert pred.seg_filename is None
+    elif len(arrays["labels"]):
+        assert arrays["masks"].dtype == bool and arrays["masks"].shape == (len(pred.categories), image.height,
+                                                                            image.width)
+        written = sgeval.load_pred_masks(source, pred, image.height, image.width)
+        assert np.array_equal(sgeval.pack_masks(arrays["masks"]), written)
+    else:
+        assert arrays["masks"].shape == (0, image.height, image.width) and pred.seg_filename is None
+
+
+def evaluate_updates(config, updates):
+    """sgeval.Evaluator(config) updated with updates = [(image_id, image_arrays)], then computed."""
+    evaluator = sgeval.Evaluator(config)
+    for image_id, arrays in updates:
+        evaluator.update(image_id, **arrays)
+    return evaluator.compute()
+
+
+def assert_same_results(live, from_file):
+    """An Evaluator's results and sgeval.evaluate's of the converted file: equal, but for the
+    config's pred and the Evaluator's count of duplicate updates."""
+    assert {key: value for key, value in live["config"].items() if key != "pred"} == \
+        {key: value for key, value in from_file["config"].items() if key != "pred"}
+    assert {key: live["images"][key] for key in from_file["images"]} == from_file["images"]
+    rest = set(from_file) - {"config", "images"}
+    assert set(live) - {"config", "images"} == rest
+    assert {key: live[key] for key in rest} == {key: from_file[key] for key in rest}

@@ -20,7 +20,7 @@ import zipfile
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, sgeval, synth
+from conftest import ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval, synth
 
 from convert import common, hilo, openpsg, pairnet
 
@@ -448,6 +448,89 @@ def test_instances_boxes_and_scores_follow_each_family_rule(tmp_path, standins, 
         assert [i["bbox"] for i in record["instances"]] == expected, name
         assert [i["category"] for i in record["instances"]] == (raw["labels"] - 1).tolist()
         assert out_masks.dtype == bool and out_masks.shape == raw["masks"].shape
+
+
+# ---------------------------------------------------------------------------------------------
+# A test loop: each family's image_arrays, the same rows as the file converter writes
+# ---------------------------------------------------------------------------------------------
+
+MODULES = {"two-stage": openpsg, "psgtr-panoptic": openpsg, "psgtr-complete": openpsg, "hilo": hilo,
+           "pairnet": pairnet}
+
+
+def live_result(standins, result_class, fields):
+    """The Result a model hands its test loop: the fields as attributes, arrays as torch tensors
+    (the pickled tensor stand-ins as tensors of their shape)."""
+    def live(value):
+        if isinstance(value, list):
+            return [live(item) for item in value]
+        if isinstance(value, standins.Tensor):
+            return LiveTensor(np.zeros(value.shape, np.float32))
+        return LiveTensor(value) if isinstance(value, np.ndarray) else value
+    return standins.results[result_class](**{key: live(value) for key, value in fields.items()})
+
+
+def live_updates(standins, gt_case, family):
+    """(the raw results, [(image id, image_arrays of the live Result)]) of a family's fixture."""
+    build, _, _, result_class, *_ = FAMILIES[family]
+    rng = np.random.default_rng(len(family))
+    raws = [build(rng, gt, SPECIAL.get(index), standins.Tensor) for index, gt in enumerate(gt_case[2])]
+    truth = sgeval.read_gt(gt_case[0])
+    sizes = len(truth.object_classes), len(truth.predicate_classes)
+    updates = [(image.image_id, MODULES[family].image_arrays(live_result(standins, result_class, raw), image, *sizes))
+               for raw, image in zip(raws, truth.images)]
+    return raws, updates
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_image_arrays_are_the_rows_the_file_converter_writes(tmp_path, standins, gt_case, family):
+    _, convert, kwargs, result_class, *_ = FAMILIES[family]
+    raws, updates = live_updates(standins, gt_case, family)
+    convert(str(standins.pickle(tmp_path / "r.pkl", raws, result_class)), str(tmp_path / "pred.zip"), gt=gt_case[0],
+            **kwargs)
+    truth = sgeval.read_gt(gt_case[0])
+    source, written = sgeval.read_predictions(str(tmp_path / "pred.zip"), len(truth.object_classes),
+                                              len(truth.predicate_classes), "box")
+    try:
+        for (image_id, arrays), image in zip(updates, truth.images):
+            assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"}
+            assert_arrays_written(arrays, written[image_id], source, image)
+    finally:
+        source.close()
+    from_dict = MODULES[family].image_arrays(raws[2], truth.images[2], len(truth.object_classes),
+                                             len(truth.predicate_classes))  # the fields as a dict of numpy arrays
+    live = updates[2][1]
+    assert all(np.array_equal(from_dict[key], live[key]) if live[key] is not None else from_dict[key] is None
+               for key in live)
+    empty = [image_id for image_id, arrays in updates if not len(arrays["labels"])]
+    assert empty == ([truth.images[0].image_id] if family in ("two-stage", "psgtr-panoptic", "hilo") else [])
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_an_evaluator_updated_in_a_test_loop_gives_the_converted_file_s_results(tmp_path, standins, gt_case, family):
+    _, convert, kwargs, result_class, protocol, *_ = FAMILIES[family]
+    raws, updates = live_updates(standins, gt_case, family)
+    convert(str(standins.pickle(tmp_path / "r.pkl", raws, result_class)), str(tmp_path / "pred.zip"), gt=gt_case[0],
+            **kwargs)
+    config = {"gt": gt_case[0], "gt_seg": gt_case[1], "protocol": protocol,
+              "protocols": ["unique", "singlempo", "multimpo", "openpsg"], "k": ["20", "50", "x1"]}
+    from_file = sgeval.evaluate(sgeval.make_config({**config, "pred": str(tmp_path / "pred.zip")}))
+    assert_same_results(evaluate_updates(config, updates), from_file)
+
+
+def test_image_arrays_problems_name_the_image_and_field(standins, gt_case):
+    truth = sgeval.read_gt(gt_case[0])
+    image, sizes = truth.images[2], (len(truth.object_classes), len(truth.predicate_classes))
+    raw = psgtr_complete_result(np.random.default_rng(1), gt_case[2][2])
+    small = {**raw, "masks": LiveTensor(raw["masks"][:, :-1])}
+    with pytest.raises(common.ConvertError, match=f"^image {image.image_id}: field 'masks' has shape"):
+        openpsg.image_arrays(small, image, *sizes)
+    with pytest.raises(common.ConvertError, match="layout 'x' is not one of"):
+        openpsg.image_arrays(raw, image, *sizes, layout="x")
+    with pytest.raises(common.ConvertError, match="predicate_source 'x' is not one of"):
+        hilo.image_arrays(raw, image, *sizes, predicate_source="x")
+    with pytest.raises(common.ConvertError, match="a result must be a Result .* not list"):
+        pairnet.image_arrays([raw], image, *sizes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import sgeval
+from conftest import LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval
 
 from convert import __main__ as convert_main
 from convert import common, sgb, zeroshot
@@ -62,6 +62,15 @@ def predictions():
                        predict_logits=np.zeros((3, 5), np.float32)),
             prediction(IMAGES[1][4], (16, 16), [1, 1], [1.0, 0.5], [[1, 0]], [[0.0, 0.2, 0.2, 0.6]],
                        labels=np.array([1, 1]), predict_logits=np.zeros((2, 5), np.float32))]
+
+
+def resized_predictions():
+    """predictions() stored at another size: image 11 (32 x 24) at (64, 48), a ratio of 0.5 both
+    ways; image 12 (16 x 16) at (20, 16) in xywh, ratios 0.8 and 1."""
+    preds = predictions()
+    preds[0].state.update(bbox=f32([[0, 0, 20, 20], [10, 10, 40, 30], [2, 4, 6, 8]]), size=(64, 48))
+    preds[1].state.update(bbox=f32([[2.5, 2, 7, 7], [0, 0, 5, 5]]), size=(20, 16), mode="xywh")
+    return preds
 
 
 @pytest.fixture
@@ -161,11 +170,8 @@ def test_a_box_count_other_than_the_gt_is_counted_in_predcls_and_sgcls(tmp_path,
 
 
 def test_boxes_are_resized_as_boxlist_resize_does(tmp_path, gt):
-    # image 11 is 32 x 24: stored at (64, 48) -> ratio 0.5 both ways; at (40, 24) in xywh -> 0.8 and 1
-    preds = predictions()
-    preds[0].state.update(bbox=f32([[0, 0, 20, 20], [10, 10, 40, 30], [2, 4, 6, 8]]), size=(64, 48))
-    preds[1].state.update(bbox=f32([[2.5, 2, 7, 7], [0, 0, 5, 5]]), size=(20, 16), mode="xywh")
-    summary = sgb.convert(write_results(tmp_path / "r.pytorch", preds, gts=None), tmp_path / "out.zip", gt)
+    summary = sgb.convert(write_results(tmp_path / "r.pytorch", resized_predictions(), gts=None), tmp_path / "out.zip",
+                          gt)
     records = read(tmp_path / "out.zip")
     assert records["11"].boxes.tolist() == [[0, 0, 10, 10], [5, 5, 20, 15], [1, 2, 3, 4]]
     ratio = np.float32(16 / 20)  # x only; xywh -> xyxy (x2 = x1 + w - 1) -> scaled -> xywh -> xyxy
@@ -267,6 +273,70 @@ def test_cli_and_recipe(tmp_path, gt):
     assert message.startswith("converting") and summary["task:predcls"] == 2
     message, summary = convert_main.prepare(tmp_path / "vg.yaml")
     assert "is up to date" in message and summary is None
+
+
+# ---------------------------------------------------------------------------------------------
+# A test loop (inference()): image_arrays of each BoxList, the same rows as the file converter writes
+# ---------------------------------------------------------------------------------------------
+
+
+class LiveBoxList:
+    """The BoxList a model hands inference(): Scene-Graph-Benchmark's attributes, tensors as fields."""
+
+    def __init__(self, boxlist):
+        state = boxlist.state
+        self.bbox, self.size, self.mode = LiveTensor(state["bbox"]), state["size"], state["mode"]
+        self.extra_fields = {name: LiveTensor(value) for name, value in state["extra_fields"].items()}
+        self.triplet_extra_fields = list(state["triplet_extra_fields"])
+
+
+def live_updates(gt, preds, task, groundtruths=None):
+    """[(image id, image_arrays of the live BoxList)] of the evaluated images, in order."""
+    truth = sgeval.read_gt(str(gt))
+    sizes = len(truth.object_classes), len(truth.predicate_classes)
+    return [(image.image_id, sgb.image_arrays(LiveBoxList(pred), image, *sizes, task=task,
+                                              groundtruth=None if groundtruths is None else groundtruths[index]))
+            for index, (pred, image) in enumerate(zip(preds, truth.images))]
+
+
+@pytest.mark.parametrize("task", ["predcls", "sgcls", "sgdet"])
+@pytest.mark.parametrize("build", [predictions, resized_predictions])
+def test_image_arrays_are_the_rows_the_file_converter_writes(tmp_path, gt, task, build):
+    sgb.convert(write_results(tmp_path / "r.pytorch", build(), gts=None), tmp_path / "out.zip", gt, task=task)
+    updates = live_updates(gt, build(), task)
+    truth = sgeval.read_gt(str(gt))
+    source, written = sgeval.read_predictions(str(tmp_path / "out.zip"), len(OBJECTS), len(PREDICATES), "box")
+    for (image_id, arrays), image in zip(updates, truth.images):
+        assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"}
+        assert_arrays_written(arrays, written[image_id], source, image)
+    source.close()
+    assert updates[0][1]["triplets"].tolist() == [[0, 1, 1], [2, 1, 0], [1, 0, 0], [0, 0, 0]]
+
+
+def test_image_arrays_checks_a_groundtruth_and_names_the_image(gt):
+    truth = sgeval.read_gt(str(gt))
+    updates = live_updates(gt, predictions(), "sgcls", [LiveBoxList(g) for g in groundtruths()])
+    assert [image_id for image_id, _ in updates] == ["11", "12"]
+    wrong = groundtruths()
+    wrong[0].state["extra_fields"].update(labels=np.array([3, 2, 2]))
+    with pytest.raises(common.ConvertError, match="^image 11: groundtruth field 'labels'"):
+        sgb.image_arrays(LiveBoxList(predictions()[0]), truth.images[0], len(OBJECTS), len(PREDICATES),
+                         task="sgcls", groundtruth=LiveBoxList(wrong[0]))
+    with pytest.raises(common.ConvertError, match="^image 12: prediction is a list, not a BoxList"):
+        sgb.image_arrays([], truth.images[1], len(OBJECTS), len(PREDICATES), task="sgdet")
+    with pytest.raises(common.ConvertError, match="task 'x' is not one of"):
+        sgb.image_arrays(LiveBoxList(predictions()[1]), truth.images[1], len(OBJECTS), len(PREDICATES), task="x")
+    auto = sgb.image_arrays(LiveBoxList(predictions()[0]), truth.images[0], len(OBJECTS), len(PREDICATES))
+    assert all(np.array_equal(auto[key], updates[0][1][key]) for key in ("labels", "triplets", "ng_triplets", "boxes"))
+
+
+@pytest.mark.parametrize("task", ["predcls", "sgcls", "sgdet"])
+def test_an_evaluator_updated_in_inference_gives_the_converted_file_s_results(tmp_path, gt, task):
+    sgb.convert(write_results(tmp_path / "r.pytorch", resized_predictions()), tmp_path / "out.zip", gt, task=task)
+    config = {"gt": str(gt), "task": task, "protocol": "sgb", "protocols": ["unique", "singlempo", "multimpo"],
+              "k": ["1", "2", "20"], "absent_predicates": "zero"}
+    from_file = sgeval.evaluate(sgeval.make_config({**config, "pred": str(tmp_path / "out.zip")}))
+    assert_same_results(evaluate_updates(config, live_updates(gt, resized_predictions(), task)), from_file)
 
 
 # ---------------------------------------------------------------------------------------------
