@@ -26,7 +26,8 @@ A prediction file from Python, or from the command line::
 
 The Evaluator
 -------------
-``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once.
+``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
+(``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
 ``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None)``
 takes one image's predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
@@ -47,7 +48,9 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
 * Image ids compare as ``str(id)``. A test image without relations is not evaluated; its updates
   count as ``extra_predictions``. The same image updated again with identical arrays counts once
   (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
-  arrays it is an error naming the image. Results never depend on the order of updates or merges.
+  arrays it is an error naming the image (a model whose output depends on the batch, as with
+  padding to the batch's largest image, should skip the sampler's repeats: convert/README.md).
+  Results never depend on the order of updates or merges.
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
   image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
   beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
