@@ -54,7 +54,9 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
   image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
   beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
-  other method waits for them first. An Evaluator is used from one thread.
+  other method waits for them first (a problem found then, with the GT's panoptic PNG, is raised
+  by the next call and the image is left out of the state). An Evaluator is used from one thread;
+  it pickles and copies without its threads.
 * ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
   update are scored as predicting nothing and counted (``missing_predictions``), as a file
   without their records. ``missing="skip"`` evaluates the updated images only (a quick validation
