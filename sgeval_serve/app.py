@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -28,7 +29,7 @@ from starlette.templating import Jinja2Templates
 
 import sgeval
 
-from . import boards, jobs, uploads
+from . import boards, jobs, limits, uploads
 from .store import Duplicate, QuotaExceeded, Store
 
 log = logging.getLogger("sgeval.serve")
@@ -114,12 +115,20 @@ def _check_csrf(request, sent):
         raise Problem(403, ["the form has expired or did not come from this site: reload the page and send it again"])
 
 
+async def _small_body(request):
+    """A small request's body, read while it streams and cut at limits.SMALL_BODY bytes."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.SMALL_BODY:
+            raise limits.BodyTooLarge(limits.SMALL_BODY)
+    return body
+
+
 async def _fields(request):
     """A small request's fields: a page's form (CSRF checked) or the API's JSON or form body."""
     if _is_api(request) and request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.body()
-        if len(body) > 4096:
-            raise Problem(413, ["the request is too large"])
+        body = await _small_body(request)
         try:
             value = json.loads(body)
         except ValueError:
@@ -128,6 +137,8 @@ async def _fields(request):
     try:
         async with request.form(max_files=0, max_fields=8, max_part_size=4096) as form:
             fields = {key: str(value) for key, value in form.items()}
+    except (limits.BodyTooLarge, limits.BodyTimeout):
+        raise
     except Exception as error:  # python-multipart's and Starlette's errors on a malformed body
         raise Problem(400, [f"the form cannot be read ({type(error).__name__})"]) from None
     _check_csrf(request, fields.get("csrf"))
@@ -474,6 +485,10 @@ class SecurityHeaders:
         return await self.app(scope, receive, send_with_headers)
 
 
+def _body_problem(error):
+    return Problem(413 if isinstance(error, limits.BodyTooLarge) else 408, [str(error)])
+
+
 def authenticated(endpoint):
     async def wrapper(request):
         try:
@@ -484,8 +499,17 @@ def authenticated(endpoint):
             return await endpoint(request)
         except Problem as problem:
             return await problem_page(request, problem)
+        except (limits.BodyTooLarge, limits.BodyTimeout) as error:
+            return await problem_page(request, _body_problem(error))
     wrapper.__name__ = endpoint.__name__
     return wrapper
+
+
+async def refuse_request(scope, receive, send, status, message):
+    """limits.BodyLimits' answer to a request refused before its body is read."""
+    request = Request(scope, receive)
+    response = await problem_page(request, Problem(status, [message]))
+    await response(scope, receive, send)
 
 
 def _routes():
@@ -529,5 +553,7 @@ def create_app(settings, start_workers=True):
     app.state.settings, app.state.store, app.state.dispatcher, app.state.gt_info = settings, store, dispatcher, gt_info
     app.state.templates = Jinja2Templates(directory=HERE / "templates")
     app.state.templates.env.globals["version"] = sgeval.__version__
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(limits.BodyLimits, upload_bytes=settings.max_upload_bytes, body_timeout=settings.body_timeout,
+                       refuse=refuse_request)
+    app.add_middleware(SecurityHeaders)  # outside BodyLimits: its refusals get the headers too
     return app

@@ -17,7 +17,7 @@ import yaml
 import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
-               "benchmarks")
+               "body_timeout", "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -72,6 +72,7 @@ class Settings:
     job_timeout: float
     max_upload_bytes: int
     signup: bool
+    body_timeout: int  # seconds a request's body may stop arriving
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -214,7 +215,9 @@ def load_settings(path, **overrides):
         workers=_integer(values, "workers", 1, 1, 64, where, problems),
         job_timeout=_integer(values, "job_timeout", 3600, 1, 7 * 86400, where, problems),
         max_upload_bytes=_integer(values, "max_upload_mb", 512, 1, 1 << 20, where, problems) << 20,
-        signup=bool(values.get("signup", False)), benchmarks=parsed, source=where)
+        signup=bool(values.get("signup", False)),
+        body_timeout=_integer(values, "body_timeout", 30, 1, 3600, where, problems),
+        benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right
             continue

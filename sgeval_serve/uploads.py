@@ -15,6 +15,8 @@ from python_multipart.multipart import parse_options_header
 
 import sgeval
 
+from . import limits
+
 FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
 MAX_FIELD_BYTES = 2048
 MAX_PARTS = 16
@@ -161,6 +163,12 @@ async def receive(request, incoming, max_bytes):
     except UploadError:
         receiver.discard()
         raise
+    except limits.BodyTooLarge:
+        receiver.discard()
+        raise UploadError(413, [f"the upload is larger than the limit of {max_bytes >> 20} MiB"]) from None
+    except limits.BodyTimeout as error:
+        receiver.discard()
+        raise UploadError(408, [f"{error}: send it again"]) from None
     except Exception as error:  # the parser's own errors: a malformed body
         receiver.discard()
         raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"]) from None
