@@ -202,7 +202,7 @@ def run_job(job_path):
     try:
         results = sgeval.evaluate(config)
     except sgeval.SGEvalError as error:
-        _write_atomic(folder / "problems.json", json.dumps(error.problems))
+        _write_atomic(folder / "problems.json", json.dumps(uploads.capped(error.problems, config.pred)))
         return EXIT_BAD_INPUT
     results["evaluation_seconds"] = round(time.perf_counter() - started, 3)
     draw_per_predicate(results, job["plot_metric"], folder / "per_predicate")

@@ -20,6 +20,7 @@ from . import limits
 FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
 MAX_FIELD_BYTES = 2048
 MAX_PARTS = 16
+MAX_PROBLEMS = 1000  # problem lines of one upload kept and shown; the rest are counted
 
 
 class UploadError(Exception):
@@ -210,12 +211,53 @@ def scrub_problems(problems, path, shown_name, hidden_paths, folders):
     return [scrub(problem, replacements) for problem in problems]
 
 
+class Problems:
+    """A check's problems as sgeval's reader adds them (append, extend, +=): the first
+    MAX_PROBLEMS lines kept, the rest only counted. len() is the count of all (the reader compares
+    it before and after a record to know whether the record had a problem)."""
+
+    def __init__(self, keep=MAX_PROBLEMS):
+        self.keep, self.kept, self.count = keep, [], 0
+
+    def append(self, line):
+        self.count += 1
+        if len(self.kept) < self.keep:
+            self.kept.append(line)
+
+    def extend(self, lines):
+        for line in lines:
+            self.append(line)
+
+    def __iadd__(self, lines):
+        self.extend(lines)
+        return self
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        return iter(self.kept)
+
+    def lines(self, name):
+        """The kept lines, and one counting the rest (named after the upload) when there are more."""
+        rest = self.count - len(self.kept)
+        return self.kept + ([f"{name}: and {rest:,} more problems (the first {len(self.kept):,} are listed)"]
+                            if rest else [])
+
+
+def capped(lines, name):
+    """At most MAX_PROBLEMS of a list of problem lines, then one line counting the rest."""
+    problems = Problems()
+    problems.extend(lines)
+    return problems.lines(name)
+
+
 def check_prediction(path, shown_name, info, benchmark):
     """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT,
     and apply the benchmark's rules (some test image predicted; every one if missing_images is
     refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems); the
     problems are sgeval's messages with the server's paths replaced by shown_name."""
-    problems, ids = [], []
+    problems, ids = Problems(), []
     try:
         source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
         try:
@@ -226,7 +268,7 @@ def check_prediction(path, shown_name, info, benchmark):
         problems += error.problems
     except (OSError, MemoryError, RecursionError) as error:
         problems.append(f"{path}: cannot be read ({type(error).__name__})")
-    problems = scrub_problems(problems, path, shown_name, benchmark.hidden_paths(),
+    problems = scrub_problems(problems.lines(str(path)), path, shown_name, benchmark.hidden_paths(),
                               {os.path.dirname(str(path)): "<upload>"})
     predicted = set(ids) & info.image_ids
     missing = sorted(info.image_ids - predicted)

@@ -8,13 +8,20 @@ ends, slow headers, many connections, a proxy's headers) run against the real se
 (bench/serve_load.Server), bounded in count and time. bench/serve_load.py --hostile measures the
 server's peak RSS and a legitimate upload's latency under each attack."""
 
+import io
+import json
 import socket
 import time
+import zipfile
 
 import pytest
+from starlette.testclient import TestClient
 
 from bench import serve_load
 from bench.serve_load import SLUG, Server
+from sgeval_serve import uploads
+from sgeval_serve.app import create_app
+from sgeval_serve.settings import load_settings
 
 BODY_TIMEOUT = 2  # s: the live server's body_timeout
 
@@ -120,3 +127,65 @@ def test_a_body_that_stops_arriving_ends_its_request(live):
         started = time.monotonic()
         status, head = read_reply(sock, BODY_TIMEOUT + 10)
     assert status == 408 and BODY_TIMEOUT - 0.5 < time.monotonic() - started < BODY_TIMEOUT + 5, head[:300]
+
+
+# the application in this process (Starlette's test client) -----------------------------------
+
+
+def make_app(demo, folder, **server_keys):
+    """The demo benchmark's app (no evaluation workers) with further server keys, and a client."""
+    config = serve_load.write_config(folder / "serve.yaml", demo, folder / "state", workers=1,
+                                     max_upload_mb=2, **server_keys)
+    return create_app(load_settings(config), start_workers=False)
+
+
+@pytest.fixture
+def app(demo, tmp_path):
+    app = make_app(demo, tmp_path)
+    with TestClient(app) as client:
+        app.state.client = client
+        yield app
+
+
+def bearer(app, name, admin=False):
+    user = app.state.store.user_by_name(name)
+    token = app.state.store.new_token_for(name) if user else app.state.store.add_user(name, admin)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def send(app, headers, payload, name="pred.json", **fields):
+    return app.state.client.post(f"/api/b/{SLUG}/submissions", headers=headers, data={"method": "M", **fields},
+                                 files={"file": (name, payload)})
+
+
+def prediction_json(records):
+    return json.dumps({"version": 1, "images": records}).encode()
+
+
+def zipped(members):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+# 2. problem lines are capped ------------------------------------------------------------------
+
+
+def test_problem_lines_are_capped(demo, tmp_path):
+    """5,000 records with "id": 1.5: the first 1,000 problems, then one line counting the rest
+    (the server used to keep and send every line: 739 MB for 10^7 records)."""
+    app = make_app(demo, tmp_path)
+    with TestClient(app) as client:
+        app.state.client = client
+        reply = send(app, bearer(app, "ann"), prediction_json([{"id": 1.5}] * 5000), name="ids.json")
+    problems = reply.json()["problems"]
+    assert reply.status_code == 422 and len(problems) == 1001 and len(reply.content) < 200_000
+    assert problems[0] == "ids.json: images[0]: field 'id' must be an integer or string"
+    assert problems[-1] == "ids.json: and 4,000 more problems (the first 1,000 are listed)"
+
+
+def test_an_evaluations_problems_are_capped_too():
+    lines = uploads.capped([f"p.zip: image {index}: bad" for index in range(1500)], "p.zip")
+    assert len(lines) == 1001 and lines[-1] == "p.zip: and 500 more problems (the first 1,000 are listed)"
