@@ -8,13 +8,18 @@ log in with their token once and then hold a session cookie; API clients send
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
+import heapq
 import hmac
+import itertools
 import json
 import logging
+import math
 import re
 import secrets
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,7 +34,7 @@ from starlette.templating import Jinja2Templates
 
 import sgeval
 
-from . import boards, jobs, limits, uploads
+from . import boards, checks, jobs, limits, uploads
 from .store import Duplicate, QuotaExceeded, Store
 
 log = logging.getLogger("sgeval.serve")
@@ -39,6 +44,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}")
 ADMIN_ACTIONS = {"approve": ("approved", 1), "unapprove": ("approved", 0), "hide": ("hidden", 1),
                  "unhide": ("hidden", 0)}
 OWNER_ACTIONS = {"publish": ("public", 1), "unpublish": ("public", 0)}
+CHECKS_AT_ONCE = 2  # uploads checked at once (each in its process, one per submitter: CheckSlots)
 SECURITY_HEADERS = [(b"content-security-policy", b"default-src 'self'; img-src 'self'; style-src 'self'; "
                      b"script-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
                     (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
@@ -273,21 +279,96 @@ async def submit(request):
     return _redirect(request, f"/submissions/{submission_id}", data, status=201)
 
 
+class CheckSlots:
+    """At most n uploads checked at once. A waiting check starts in order of its submitter's refused
+    uploads in the last hour, then of arrival: a submitter whose uploads are refused cannot keep
+    the others waiting once their first refusal is counted."""
+
+    def __init__(self, n):
+        self.free, self.waiting, self.arrivals = n, [], itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, refusals):
+        if self.free and not self.waiting:
+            self.free -= 1
+        else:
+            turn = asyncio.get_running_loop().create_future()
+            heapq.heappush(self.waiting, (refusals, next(self.arrivals), turn))
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():  # the slot came with the cancellation: pass it on
+                    self._release()
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self):
+        while self.waiting:
+            turn = heapq.heappop(self.waiting)[2]
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.free += 1
+
+
+class RefusedUploads:
+    """The times of each submitter's refused uploads in the last hour (in memory: a restart
+    forgets them)."""
+
+    def __init__(self, per_hour):
+        self.per_hour, self.times = per_hour, collections.defaultdict(collections.deque)
+
+    def add(self, user_id):
+        self.times[user_id].append(time.monotonic())
+
+    def count(self, user_id):
+        """The user's refused uploads in the last hour."""
+        times = self.times[user_id]
+        while times and times[0] < time.monotonic() - 3600:
+            times.popleft()
+        return len(times)
+
+    def wait(self, user_id):
+        """Seconds until the user may upload again (0: now)."""
+        return 0 if self.count(user_id) < self.per_hour else self.times[user_id][0] + 3600 - time.monotonic()
+
+
 async def _accept(request, benchmark):
+    """Checks before the body is read (quota, refused uploads, one upload at a time per
+    submitter), then receive and queue. A refusal after them counts against refused_per_hour."""
     state, user = request.app.state, _need_user(request)
-    try:  # before the body is read; add_submission checks again in the transaction that queues
+    try:  # add_submission checks again in the transaction that queues
         await run_in_threadpool(state.store.check_quota, user["id"], benchmark)
     except QuotaExceeded as error:
         raise Problem(429, [str(error)]) from None
+    wait = state.refused.wait(user["id"])
+    if wait:
+        raise Problem(429, [f"{state.settings.refused_per_hour} refused uploads in the last hour (refused_per_hour: "
+                            f"{state.settings.refused_per_hour}): the next one can be sent in "
+                            f"{math.ceil(wait / 60)} minute(s)"])
+    if user["id"] in state.uploading:
+        raise Problem(429, ["another upload of yours is being received or checked: send the next one when it is "
+                            "answered"])
+    state.uploading.add(user["id"])
     try:
-        upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
-    except uploads.UploadError as error:
-        raise Problem(error.status, error.problems, fields=_shown_fields(error.fields)) from None
-    try:
-        return await _queue(request, benchmark, user, upload)
+        try:
+            upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
+        except uploads.UploadError as error:
+            raise Problem(error.status, error.problems, fields=_shown_fields(error.fields)) from None
+        try:
+            return await _queue(request, benchmark, user, upload)
+        finally:
+            if upload.path is not None:
+                upload.path.unlink(missing_ok=True)  # gone already when it was queued
+    except Problem as problem:
+        if problem.status != 429:
+            state.refused.add(user["id"])
+        raise
     finally:
-        if upload.path is not None:
-            upload.path.unlink(missing_ok=True)  # gone already when it was queued
+        state.uploading.discard(user["id"])
 
 
 def _shown_fields(fields):
@@ -304,9 +385,14 @@ async def _queue(request, benchmark, user, upload):
         raise Problem(problem.status, problem.problems, fields=shown) from None
     if upload.path is None or upload.size == 0:
         raise Problem(400, ["file: choose a prediction file (.zip or .json)"], fields=shown)
-    async with state.validation_slots:
-        counts, problems = await run_in_threadpool(uploads.check_prediction, upload.path, upload.file_name,
-                                                   state.gt_info[benchmark.slug], benchmark)
+    known = await run_in_threadpool(state.store.submitted, user["id"], benchmark.slug, upload.sha256)
+    if known is not None:  # before the check: a replay costs no check
+        raise Problem(409, [f"{upload.file_name}: you submitted this file already (submission #{known}); a "
+                            "submission is evaluated once"], fields=shown)
+    async with state.check_slots.slot(state.refused.count(user["id"])):
+        counts, problems = await run_in_threadpool(checks.check_upload, upload.path, upload.file_name,
+                                                   state.gt_info[benchmark.slug], benchmark,
+                                                   checks.Limits.of(state.settings))
     if problems:
         raise Problem(422, problems, fields=shown, images=counts)
     fields = uploads.submission_row(user["id"], method, paper, code, public, upload, counts)
@@ -539,7 +625,8 @@ def create_app(settings, start_workers=True):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        app.state.validation_slots = asyncio.Semaphore(2)
+        app.state.check_slots = CheckSlots(CHECKS_AT_ONCE)
+        await run_in_threadpool(checks.start)
         if start_workers:
             dispatcher.start()
         try:
@@ -551,6 +638,7 @@ def create_app(settings, start_workers=True):
     app = Starlette(routes=_routes(), lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: internal_error})
     app.state.settings, app.state.store, app.state.dispatcher, app.state.gt_info = settings, store, dispatcher, gt_info
+    app.state.refused, app.state.uploading = RefusedUploads(settings.refused_per_hour), set()
     app.state.templates = Jinja2Templates(directory=HERE / "templates")
     app.state.templates.env.globals["version"] = sgeval.__version__
     app.add_middleware(limits.BodyLimits, upload_bytes=settings.max_upload_bytes, body_timeout=settings.body_timeout,

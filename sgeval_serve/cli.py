@@ -17,7 +17,7 @@ import click
 
 import sgeval
 
-from . import uploads
+from . import checks, uploads
 from .settings import load_settings
 from .store import Duplicate, Store
 
@@ -128,7 +128,8 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     incoming = store.root / "incoming" / f"cli-{secrets.token_hex(8)}.{kind}"
     shutil.copyfile(path, incoming)
     try:
-        counts, problems = uploads.check_prediction(incoming, path, uploads.gt_info(spec), spec)
+        checks.start()
+        counts, problems = checks.check_upload(incoming, path, uploads.gt_info(spec), spec, checks.Limits.of(settings))
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)

@@ -17,7 +17,8 @@ import yaml
 import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
-               "body_timeout", "benchmarks")
+               "body_timeout", "validation_timeout", "validation_memory_mb", "max_records_factor", "refused_per_hour",
+               "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -73,6 +74,10 @@ class Settings:
     max_upload_bytes: int
     signup: bool
     body_timeout: int  # seconds a request's body may stop arriving
+    validation_timeout: int  # seconds the check of an upload may take (checks.py)
+    validation_memory_mb: int  # memory the check of an upload may add to its process
+    max_records_factor: int  # image records an upload may hold per test image of its split
+    refused_per_hour: int  # refused uploads of one submitter in an hour before the next one waits
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -217,6 +222,10 @@ def load_settings(path, **overrides):
         max_upload_bytes=_integer(values, "max_upload_mb", 512, 1, 1 << 20, where, problems) << 20,
         signup=bool(values.get("signup", False)),
         body_timeout=_integer(values, "body_timeout", 30, 1, 3600, where, problems),
+        validation_timeout=_integer(values, "validation_timeout", 60, 1, 86400, where, problems),
+        validation_memory_mb=_integer(values, "validation_memory_mb", 2048, 16, 1 << 20, where, problems),
+        max_records_factor=_integer(values, "max_records_factor", 4, 1, 10**6, where, problems),
+        refused_per_hour=_integer(values, "refused_per_hour", 10, 1, 10**6, where, problems),
         benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right

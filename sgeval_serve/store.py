@@ -217,6 +217,12 @@ class Store:
                        (submission_id, now()))
         return submission_id
 
+    def submitted(self, user_id, benchmark, sha256):
+        """The id of the user's submission of a file with this SHA-256 on the benchmark (its slug), or None."""
+        row = self.one("SELECT id FROM submissions WHERE user_id = ? AND benchmark = ? AND sha256 = ?", user_id,
+                       benchmark, sha256)
+        return None if row is None else row["id"]
+
     def submission_file(self, submission_id, kind):
         return self.root / "submissions" / str(int(submission_id)) / f"prediction.{kind}"
 

@@ -1,6 +1,7 @@
 """Receiving an upload: the multipart body streamed to a file under incoming/ (never whole in
 memory, cut off at the size limit), then checked with sgeval's own reader against the benchmark's
-ground truth before anything is queued."""
+ground truth before anything is queued (check_prediction, which checks.py runs in a bounded child
+process)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
 MAX_FIELD_BYTES = 2048
 MAX_PARTS = 16
 MAX_PROBLEMS = 1000  # problem lines of one upload kept and shown; the rest are counted
+DEFAULT_RECORDS_FACTOR = 4  # an upload holds at most this many image records per test image of its split
 
 
 class UploadError(Exception):
@@ -214,15 +216,22 @@ def scrub_problems(problems, path, shown_name, hidden_paths, folders):
 class Problems:
     """A check's problems as sgeval's reader adds them (append, extend, +=): the first
     MAX_PROBLEMS lines kept, the rest only counted. len() is the count of all (the reader compares
-    it before and after a record to know whether the record had a problem)."""
+    it before and after a record to know whether the record had a problem). With stop_after, the
+    problem after that many raises Problems.Stop, once: the reading ends there."""
 
-    def __init__(self, keep=MAX_PROBLEMS):
-        self.keep, self.kept, self.count = keep, [], 0
+    class Stop(Exception):
+        pass
+
+    def __init__(self, keep=MAX_PROBLEMS, stop_after=None):
+        self.keep, self.stop_after, self.kept, self.count, self.stopped = keep, stop_after, [], 0, False
 
     def append(self, line):
         self.count += 1
         if len(self.kept) < self.keep:
             self.kept.append(line)
+        if self.stop_after is not None and self.count > self.stop_after and not self.stopped:
+            self.stopped = True
+            raise Problems.Stop()
 
     def extend(self, lines):
         for line in lines:
@@ -240,6 +249,9 @@ class Problems:
 
     def lines(self, name):
         """The kept lines, and one counting the rest (named after the upload) when there are more."""
+        if self.stopped:
+            return self.kept + [f"{name}: the check stopped after {self.stop_after:,} problems (the first "
+                                f"{len(self.kept):,} are listed)"]
         rest = self.count - len(self.kept)
         return self.kept + ([f"{name}: and {rest:,} more problems (the first {len(self.kept):,} are listed)"]
                             if rest else [])
@@ -252,33 +264,48 @@ def capped(lines, name):
     return problems.lines(name)
 
 
-def check_prediction(path, shown_name, info, benchmark):
+def check_prediction(path, shown_name, info, benchmark, records_factor=DEFAULT_RECORDS_FACTOR):
     """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT,
     and apply the benchmark's rules (some test image predicted; every one if missing_images is
-    refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems); the
-    problems are sgeval's messages with the server's paths replaced by shown_name."""
-    problems, ids = Problems(), []
+    refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems): the problem
+    lines name the file shown_name (None: the path as given, which starts sgeval's own lines).
+
+    The reading stops after records_factor x the split's images valid records, or after as many
+    problems (at least MAX_PROBLEMS); the first MAX_PROBLEMS problem lines are kept. checks.py runs
+    this in a bounded child process."""
+    name = str(path) if shown_name is None else shown_name
+    limit = records_factor * len(info.image_ids)
+    problems, ids, too_many = Problems(stop_after=max(limit, MAX_PROBLEMS)), [], []
     try:
         source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
         try:
-            ids = [record.image_id for record in records]
+            for record in records:
+                ids.append(record.image_id)
+                if len(ids) > limit:
+                    too_many.append(f"{name}: holds more than {limit} image records, {records_factor} per test image "
+                                    f"of the benchmark's {len(info.image_ids)} (max_records_factor): is it for another "
+                                    "split?")
+                    break
         finally:
             source.close()
+    except Problems.Stop:
+        pass
     except sgeval.SGEvalError as error:
+        problems.stop_after = None  # the reading has ended
         problems += error.problems
-    except (OSError, MemoryError, RecursionError) as error:
-        problems.append(f"{path}: cannot be read ({type(error).__name__})")
-    problems = scrub_problems(problems.lines(str(path)), path, shown_name, benchmark.hidden_paths(),
-                              {os.path.dirname(str(path)): "<upload>"})
+    except (OSError, RecursionError) as error:
+        problems.stop_after = None
+        problems.append(f"{name}: cannot be read ({type(error).__name__})")
+    problems = problems.lines(name) + too_many
     predicted = set(ids) & info.image_ids
     missing = sorted(info.image_ids - predicted)
     counts = {"predicted": len(predicted), "missing": len(missing), "extra": len(set(ids) - info.image_ids),
               "missing_examples": missing[:10]}
     if not problems and not predicted:
-        problems = [f"{shown_name}: predicts none of the benchmark's {len(info.image_ids)} test images "
+        problems = [f"{name}: predicts none of the benchmark's {len(info.image_ids)} test images "
                     "(is it for another split?)"]
     if not problems and missing and benchmark.missing_images == "refuse":
-        problems = [f"{shown_name}: {len(missing)} of the benchmark's test images have no prediction "
+        problems = [f"{name}: {len(missing)} of the benchmark's test images have no prediction "
                     f"(this benchmark needs every image), for example {', '.join(missing[:5])}"]
     return counts, problems
 

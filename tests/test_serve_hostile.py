@@ -8,9 +8,12 @@ ends, slow headers, many connections, a proxy's headers) run against the real se
 (bench/serve_load.Server), bounded in count and time. bench/serve_load.py --hostile measures the
 server's peak RSS and a legitimate upload's latency under each attack."""
 
+import asyncio
+import collections
 import io
 import json
 import socket
+import threading
 import time
 import zipfile
 
@@ -19,11 +22,13 @@ from starlette.testclient import TestClient
 
 from bench import serve_load
 from bench.serve_load import SLUG, Server
-from sgeval_serve import uploads
+from sgeval_serve import app as app_module
+from sgeval_serve import checks, uploads
 from sgeval_serve.app import create_app
 from sgeval_serve.settings import load_settings
 
 BODY_TIMEOUT = 2  # s: the live server's body_timeout
+CHECK_TIMEOUT = 2  # s: the live server's validation_timeout
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +42,11 @@ def live(demo, tmp_path_factory):
     admin's and a submitter's token."""
     folder = tmp_path_factory.mktemp("live")
     config = serve_load.write_config(folder / "serve.yaml", demo, folder / "state", workers=1,
-                                     body_timeout=BODY_TIMEOUT)
+                                     body_timeout=BODY_TIMEOUT, validation_timeout=CHECK_TIMEOUT)
     admin = serve_load.cli(config, "token", "admin", "--admin")
     owner = serve_load.cli(config, "token", "owner")
     with Server(config, folder / "server.log") as server:
-        yield {"server": server, "url": server.url, "admin": admin, "owner": owner, "folder": folder}
+        yield {"server": server, "url": server.url, "admin": admin, "owner": owner, "folder": folder, "demo": demo}
 
 
 # raw HTTP on loopback -----------------------------------------------------------------------
@@ -176,7 +181,7 @@ def zipped(members):
 def test_problem_lines_are_capped(demo, tmp_path):
     """5,000 records with "id": 1.5: the first 1,000 problems, then one line counting the rest
     (the server used to keep and send every line: 739 MB for 10^7 records)."""
-    app = make_app(demo, tmp_path)
+    app = make_app(demo, tmp_path, max_records_factor=1000)
     with TestClient(app) as client:
         app.state.client = client
         reply = send(app, bearer(app, "ann"), prediction_json([{"id": 1.5}] * 5000), name="ids.json")
@@ -189,3 +194,133 @@ def test_problem_lines_are_capped(demo, tmp_path):
 def test_an_evaluations_problems_are_capped_too():
     lines = uploads.capped([f"p.zip: image {index}: bad" for index in range(1500)], "p.zip")
     assert len(lines) == 1001 and lines[-1] == "p.zip: and 500 more problems (the first 1,000 are listed)"
+
+
+# 3. uploads are checked in a bounded child process --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory):
+    """A 300 KB ZIP whose triplets.json inflates to 300 MB of white space: about 4 s to read (3 s
+    to write)."""
+    path = tmp_path_factory.mktemp("bomb") / "bomb.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive, \
+            archive.open("triplets.json", "w") as member:
+        member.write(b'{"version": 1, "images": [')
+        for _ in range(300):
+            member.write(b" " * (1 << 20))
+        member.write(b"]}")
+    return path
+
+
+def test_a_check_over_the_time_limit_is_stopped(demo, tmp_path, bomb):
+    """The white-space bomb is stopped at validation_timeout; the message says which bound it hit."""
+    app = make_app(demo, tmp_path, validation_timeout=1)
+    with TestClient(app) as client:
+        app.state.client = client
+        started = time.monotonic()
+        reply = send(app, bearer(app, "ann"), bomb.read_bytes(), name="bomb.zip")
+    assert reply.status_code == 422 and time.monotonic() - started < 5
+    assert reply.json()["problems"] == ["bomb.zip: checking the file took longer than the limit of 1 s "
+                                        "(validation_timeout)"]
+
+
+def test_a_check_over_the_memory_limit_is_stopped(demo, tmp_path):
+    """One record of 3 million triplets (35 KB zipped, some 400 MB as Python objects) against a
+    memory limit of 64 MiB."""
+    app = make_app(demo, tmp_path, validation_memory_mb=64)
+    payload = zipped({"triplets.json": b'{"version": 1, "images": [{"id": 1, "instances": [], "triplets": ['
+                      + b"[0,0,0]," * 2999999 + b"[0,0,0]]}]}"})
+    with TestClient(app) as client:
+        app.state.client = client
+        reply = send(app, bearer(app, "ann"), payload, name="big.zip")
+    assert reply.status_code == 422
+    assert reply.json()["problems"] == ["big.zip: checking the file needed more than the memory limit of 64 MiB "
+                                        "(validation_memory_mb)"]
+
+
+def test_a_known_file_is_refused_before_it_is_checked(app, demo, monkeypatch):
+    headers = bearer(app, "ann")
+    assert send(app, headers, (demo / "pred.zip").read_bytes(), name="a.zip").status_code == 201
+    monkeypatch.setattr(checks, "check_upload", lambda *args: pytest.fail("a known file was checked again"))
+    again = send(app, headers, (demo / "pred.zip").read_bytes(), name="again.zip")
+    assert again.status_code == 409 and again.json()["problems"] == [
+        "again.zip: you submitted this file already (submission #1); a submission is evaluated once"]
+
+
+def test_a_file_may_not_hold_many_more_records_than_the_split_has_images(app, demo):
+    """31 test images, max_records_factor 4 (the default): 124 records at most, the check stops
+    at the 125th (the server used to read 20 million records for 609 s, then accept them)."""
+    records = [{"id": f"x{index}", "instances": [], "triplets": []} for index in range(10_000)]
+    reply = send(app, bearer(app, "ann"), prediction_json(records), name="many.json")
+    assert reply.status_code == 422 and reply.json()["problems"] == [
+        "many.json: holds more than 124 image records, 4 per test image of the benchmark's 31 (max_records_factor): "
+        "is it for another split?"]
+
+
+def test_refused_uploads_are_rate_limited_per_submitter(demo, tmp_path):
+    app = make_app(demo, tmp_path, refused_per_hour=3)
+    with TestClient(app) as client:
+        app.state.client = client
+        ann, bob = bearer(app, "ann"), bearer(app, "bob")
+        for _ in range(3):
+            assert send(app, ann, b'{"version": 1, "images": []}').status_code == 422
+        limited = send(app, ann, (demo / "pred.zip").read_bytes(), name="good.zip")
+        assert limited.status_code == 429 and limited.json()["problems"][0].startswith(
+            "3 refused uploads in the last hour (refused_per_hour: 3): the next one can be sent in ")
+        assert send(app, bob, (demo / "pred.zip").read_bytes(), name="good.zip").status_code == 201
+
+
+def test_one_upload_at_a_time_per_submitter(app, demo):
+    """A submitter's second upload while the first is being received or checked: 429 before its
+    body is read (one submitter cannot take every checking slot)."""
+    headers = bearer(app, "ann")
+    app.state.uploading.add(app.state.store.user_by_name("ann")["id"])
+    busy = send(app, headers, (demo / "pred.zip").read_bytes())
+    assert busy.status_code == 429 and busy.json()["problems"] == [
+        "another upload of yours is being received or checked: send the next one when it is answered"]
+
+
+def test_check_slots_go_first_to_submitters_without_refusals():
+    async def scenario():
+        slots, order = app_module.CheckSlots(1), []
+
+        async def check(name, refusals, hold=0.01):
+            async with slots.slot(refusals):
+                order.append(name)
+                await asyncio.sleep(hold)
+
+        first = asyncio.create_task(check("first", 0, hold=0.05))
+        await asyncio.sleep(0.01)
+        await asyncio.gather(first, check("bad-1", 3), check("bad-2", 1), check("good", 0))
+        return order
+
+    assert asyncio.run(scenario()) == ["first", "good", "bad-2", "bad-1"]
+
+
+def test_bad_uploads_do_not_delay_a_legitimate_one(live, bomb):
+    """Three attackers send the white-space bomb again and again, three at a time each (each
+    check runs into validation_timeout, 2 s); a legitimate upload sent meanwhile is answered
+    within one check's time, not after the attackers' queue (the server used to check every
+    upload in its own process, in arrival order)."""
+    admin, url = live["admin"], live["url"]
+    tokens = serve_load.issue_tokens(url, admin, [f"attacker{index}" for index in range(3)] + ["legit"])
+    stop, statuses = threading.Event(), collections.Counter()
+
+    def attack(token):
+        while not stop.is_set():
+            statuses[serve_load.upload(url, token, bomb, "Bomb").status] += 1
+
+    threads = [threading.Thread(target=attack, args=(tokens[f"attacker{index % 3}"],)) for index in range(9)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(CHECK_TIMEOUT + 0.5)  # the attackers' first checks refused: they count now
+        legit = serve_load.upload(url, tokens["legit"], live["demo"] / "pred.zip", "Model A")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert legit.status == 201, legit.body
+    assert legit.seconds < CHECK_TIMEOUT + 1.5, (legit.seconds, statuses)
+    assert statuses[422] >= 3 and statuses[429] >= 3, statuses
