@@ -31,6 +31,7 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 import sgeval
 
@@ -644,4 +645,6 @@ def create_app(settings, start_workers=True):
     app.add_middleware(limits.BodyLimits, upload_bytes=settings.max_upload_bytes, body_timeout=settings.body_timeout,
                        refuse=refuse_request)
     app.add_middleware(SecurityHeaders)  # outside BodyLimits: its refusals get the headers too
+    if settings.forwarded_allow_ips:  # outermost: the scheme (for Secure cookies) and client of the proxy's request
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.forwarded_allow_ips))
     return app

@@ -59,6 +59,7 @@ def serve(settings):
         sys.exit(1)
     click.echo(f"sgeval serve: http://{settings.host}:{settings.port}/ ({len(settings.benchmarks)} benchmark(s), "
                f"{settings.workers} evaluation worker(s), state in {settings.state_dir})", err=True)
+    # proxy_headers=False: the app applies forwarded_allow_ips itself (create_app), so tests see it too
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", proxy_headers=False)
 
 

@@ -9,6 +9,7 @@ A benchmark is one (dataset, split, task) with hidden ground truth. Its leaderbo
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
                "body_timeout", "validation_timeout", "validation_memory_mb", "max_records_factor", "refused_per_hour",
-               "benchmarks")
+               "forwarded_allow_ips", "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -78,6 +79,7 @@ class Settings:
     validation_memory_mb: int  # memory the check of an upload may add to its process
     max_records_factor: int  # image records an upload may hold per test image of its split
     refused_per_hour: int  # refused uploads of one submitter in an hour before the next one waits
+    forwarded_allow_ips: tuple  # the proxies whose X-Forwarded-Proto and -For are believed (empty: none)
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -101,6 +103,25 @@ def _text(values, key, default, where, problems):
         problems.append(f"{where}: '{key}' must be text, not {value!r}")
         return default
     return value
+
+
+def _proxies(values, where, problems):
+    """forwarded_allow_ips: IP addresses and networks (uvicorn's ProxyHeadersMiddleware would take a
+    misspelt one as a name that never matches), or ["*"]."""
+    value = values.get("forwarded_allow_ips") or []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        problems.append(f"{where}: 'forwarded_allow_ips' must be a list of IP addresses and networks (or [\"*\"])")
+        return ()
+    bad = []
+    for item in value:
+        try:
+            ipaddress.ip_network(item) if "/" in item else ipaddress.ip_address(item)
+        except ValueError:
+            bad += [] if item == "*" else [item]
+    if bad:
+        problems.append(f"{where}: 'forwarded_allow_ips' must be a list of IP addresses and networks (or [\"*\"]), "
+                        f"not {', '.join(map(repr, bad))}")
+    return tuple(value)
 
 
 def _path(base, value):
@@ -226,6 +247,7 @@ def load_settings(path, **overrides):
         validation_memory_mb=_integer(values, "validation_memory_mb", 2048, 16, 1 << 20, where, problems),
         max_records_factor=_integer(values, "max_records_factor", 4, 1, 10**6, where, problems),
         refused_per_hour=_integer(values, "refused_per_hour", 10, 1, 10**6, where, problems),
+        forwarded_allow_ips=_proxies(values, where, problems),
         benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right

@@ -10,8 +10,11 @@ server's peak RSS and a legitimate upload's latency under each attack."""
 
 import asyncio
 import collections
+import contextlib
 import io
 import json
+import os
+import re
 import socket
 import threading
 import time
@@ -20,6 +23,7 @@ import zipfile
 import pytest
 from starlette.testclient import TestClient
 
+import sgeval
 from bench import serve_load
 from bench.serve_load import SLUG, Server
 from sgeval_serve import app as app_module
@@ -138,7 +142,8 @@ def test_a_body_that_stops_arriving_ends_its_request(live):
 
 
 def make_app(demo, folder, **server_keys):
-    """The demo benchmark's app (no evaluation workers) with further server keys, and a client."""
+    """The demo benchmark's app (no evaluation workers) with further server keys."""
+    folder.mkdir(parents=True, exist_ok=True)
     config = serve_load.write_config(folder / "serve.yaml", demo, folder / "state", workers=1,
                                      max_upload_mb=2, **server_keys)
     return create_app(load_settings(config), start_workers=False)
@@ -324,3 +329,41 @@ def test_bad_uploads_do_not_delay_a_legitimate_one(live, bomb):
     assert legit.status == 201, legit.body
     assert legit.seconds < CHECK_TIMEOUT + 1.5, (legit.seconds, statuses)
     assert statuses[422] >= 3 and statuses[429] >= 3, statuses
+
+
+# 4. behind the trusted TLS proxy, cookies are Secure ------------------------------------------
+
+
+def csrf_of(page):
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+
+
+def cookies_through_proxy(app, client_host):
+    """The Set-Cookie headers of /login's page and of a login, both sent from client_host with
+    the headers a TLS proxy adds."""
+    proxy = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
+    with TestClient(app, client=(client_host, 40000)) as client:
+        page = client.get("/login", headers=proxy)
+        token = app.state.store.add_user(f"u{time.monotonic_ns()}")
+        login = client.post("/login", headers={**proxy, "Cookie": f"sgeval_csrf={page.cookies['sgeval_csrf']}"},
+                            data={"token": token, "csrf": csrf_of(page.text)}, follow_redirects=False)
+    assert login.status_code == 303, login.text
+    return page.headers["set-cookie"], login.headers["set-cookie"]
+
+
+def test_cookies_are_secure_behind_a_trusted_proxy_only(demo, tmp_path):
+    plain = make_app(demo, tmp_path / "plain")
+    assert not any("secure" in cookie.lower() for cookie in cookies_through_proxy(plain, "127.0.0.1"))
+    proxied = make_app(demo, tmp_path / "proxied", forwarded_allow_ips=["127.0.0.1", "10.1.0.0/16"])
+    for host in ("127.0.0.1", "10.1.2.3"):
+        csrf_cookie, session_cookie = cookies_through_proxy(proxied, host)
+        assert csrf_cookie.startswith("sgeval_csrf=") and "; secure" in csrf_cookie.lower()
+        assert session_cookie.startswith("sgeval_session=") and "; secure" in session_cookie.lower()
+    assert not any("secure" in cookie.lower() for cookie in cookies_through_proxy(proxied, "10.2.0.1"))
+
+
+def test_the_trusted_proxies_are_checked(demo, tmp_path):
+    with pytest.raises(sgeval.SGEvalError) as error:
+        make_app(demo, tmp_path, forwarded_allow_ips=["127.0.0.1", "10.0.0.1/8", "proxy"])
+    assert error.value.problems == [f"{tmp_path / 'serve.yaml'}: 'forwarded_allow_ips' must be a list of IP addresses "
+                                    "and networks (or [\"*\"]), not '10.0.0.1/8', 'proxy'"]
