@@ -48,9 +48,14 @@ def main(ctx, config, host, port, workers, state_dir):
 def serve(settings):
     import uvicorn
 
+    from . import connections
     from .app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    files = connections.ensure_open_files(settings.max_connections)
+    if files:
+        click.echo(f"error: {settings.source}: {files}", err=True)
+        sys.exit(1)
     try:
         app = create_app(settings)
     except sgeval.SGEvalError as error:
@@ -59,8 +64,11 @@ def serve(settings):
         sys.exit(1)
     click.echo(f"sgeval serve: http://{settings.host}:{settings.port}/ ({len(settings.benchmarks)} benchmark(s), "
                f"{settings.workers} evaluation worker(s), state in {settings.state_dir})", err=True)
-    # proxy_headers=False: the app applies forwarded_allow_ips itself (create_app), so tests see it too
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", proxy_headers=False)
+    # proxy_headers=False: the app applies forwarded_allow_ips itself (create_app), so tests see it too.
+    # limit_concurrency is not used: it answers 503 only once a request's head has arrived (connections.py).
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", proxy_headers=False,
+                http=connections.protocol_class(settings), h11_max_incomplete_event_size=connections.MAX_HEAD_BYTES,
+                timeout_keep_alive=5, backlog=max(64, settings.max_connections))
 
 
 @main.command()

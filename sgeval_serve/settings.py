@@ -19,7 +19,7 @@ import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
                "body_timeout", "validation_timeout", "validation_memory_mb", "max_records_factor", "refused_per_hour",
-               "forwarded_allow_ips", "benchmarks")
+               "forwarded_allow_ips", "header_timeout", "max_connections", "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -80,6 +80,8 @@ class Settings:
     max_records_factor: int  # image records an upload may hold per test image of its split
     refused_per_hour: int  # refused uploads of one submitter in an hour before the next one waits
     forwarded_allow_ips: tuple  # the proxies whose X-Forwarded-Proto and -For are believed (empty: none)
+    header_timeout: int  # seconds a request's head may take (connections.py)
+    max_connections: int  # connections open at once (connections.py)
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -248,6 +250,8 @@ def load_settings(path, **overrides):
         max_records_factor=_integer(values, "max_records_factor", 4, 1, 10**6, where, problems),
         refused_per_hour=_integer(values, "refused_per_hour", 10, 1, 10**6, where, problems),
         forwarded_allow_ips=_proxies(values, where, problems),
+        header_timeout=_integer(values, "header_timeout", 10, 1, 3600, where, problems),
+        max_connections=_integer(values, "max_connections", 200, 1, 100_000, where, problems),
         benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right

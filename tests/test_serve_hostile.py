@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import resource
 import socket
 import threading
 import time
@@ -27,7 +28,7 @@ import sgeval
 from bench import serve_load
 from bench.serve_load import SLUG, Server
 from sgeval_serve import app as app_module
-from sgeval_serve import checks, uploads
+from sgeval_serve import checks, connections, uploads
 from sgeval_serve.app import create_app
 from sgeval_serve.settings import load_settings
 
@@ -367,3 +368,111 @@ def test_the_trusted_proxies_are_checked(demo, tmp_path):
         make_app(demo, tmp_path, forwarded_allow_ips=["127.0.0.1", "10.0.0.1/8", "proxy"])
     assert error.value.problems == [f"{tmp_path / 'serve.yaml'}: 'forwarded_allow_ips' must be a list of IP addresses "
                                     "and networks (or [\"*\"]), not '10.0.0.1/8', 'proxy'"]
+
+
+# 5. slow and many connections ------------------------------------------------------------------
+
+HEADER_TIMEOUT = 2  # s: the guarded server's header_timeout
+MAX_CONNECTIONS = 40  # the guarded server's max_connections
+
+
+@pytest.fixture(scope="module")
+def guarded(demo, tmp_path_factory):
+    """The real server with a short header_timeout, few connections and loopback as its trusted
+    proxy."""
+    folder = tmp_path_factory.mktemp("guarded")
+    config = serve_load.write_config(folder / "serve.yaml", demo, folder / "state", workers=1,
+                                     header_timeout=HEADER_TIMEOUT, max_connections=MAX_CONNECTIONS,
+                                     forwarded_allow_ips=["127.0.0.1"])
+    with Server(config, folder / "server.log") as server:
+        yield server
+
+
+def open_files(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_request_head_sent_slowly_is_cut_at_the_header_timeout(guarded):
+    """A request head sent a byte every 0.2 s (each byte used to keep the connection open for ever,
+    as uvicorn has no deadline for a request's head)."""
+    with socket.create_connection(address(guarded.url)) as sock:
+        started, closed = time.monotonic(), None
+        for byte in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed = time.monotonic() - started
+                break
+            if replied(sock):
+                closed = time.monotonic() - started
+                break
+            time.sleep(0.2)
+    assert closed is not None and HEADER_TIMEOUT - 0.5 < closed < HEADER_TIMEOUT + 2, closed
+
+
+def test_an_idle_connection_is_closed_after_its_response(guarded):
+    """After a response, the next request's head has header_timeout too (uvicorn's keep-alive
+    timeout is reset by every byte)."""
+    with socket.create_connection(address(guarded.url)) as sock:
+        sock.sendall(b"GET /api/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, head = read_reply(sock, 10)
+        length = int(re.search(rb"content-length: ([0-9]+)", head, re.IGNORECASE).group(1))
+        body = head.split(b"\r\n\r\n", 1)[1]
+        while len(body) < length:
+            body += sock.recv(65536)
+        started = time.monotonic()
+        while not is_closed(sock) and time.monotonic() - started < HEADER_TIMEOUT + 5:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"G")
+            time.sleep(0.3)
+    assert status == 200 and HEADER_TIMEOUT - 0.5 < time.monotonic() - started < HEADER_TIMEOUT + 2
+
+
+def test_many_slow_connections_do_not_lock_others_out(guarded):
+    """200 connections that send half a request head and wait (5 x max_connections): the server
+    closes the oldest waiting ones, holds at most max_connections, answers a new client at once
+    and logs no 'Too many open files'."""
+    slow = []
+    try:
+        for _ in range(200):
+            sock = socket.create_connection(address(guarded.url))
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            slow.append(sock)
+        time.sleep(0.5)
+        assert open_files(guarded.process.pid) < MAX_CONNECTIONS + 40
+        reply = serve_load.call(guarded.url, "GET", "/api/", timeout=5)
+        assert reply.status == 200 and reply.seconds < 1, (reply.status, reply.seconds)
+        assert all(is_closed(sock) for sock in slow[:100])  # the oldest waiting connections went first
+        assert not any(is_closed(sock) for sock in slow[-MAX_CONNECTIONS // 2:])
+    finally:
+        for sock in slow:
+            sock.close()
+    assert "Too many open files" not in guarded.log.read_text()
+
+
+def is_closed(sock):
+    """True when the server closed sock (reset or end of stream), without waiting."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_max_connections_must_fit_the_open_file_limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit of open files here")
+    assert connections.ensure_open_files(hard) == (
+        f"max_connections {hard} needs {hard + connections.SPARE_FILES} open files, more than this process may open "
+        f"({hard}: ulimit -Hn); lower max_connections")
+    assert connections.ensure_open_files(min(soft, hard - connections.SPARE_FILES)) is None
+
+
+def test_cookies_are_secure_behind_the_trusted_proxy_on_the_real_server(guarded):
+    """forwarded_allow_ips: [127.0.0.1] on the real server (uvicorn's own proxy_headers stays off)."""
+    with socket.create_connection(address(guarded.url)) as sock:
+        sock.sendall(b"GET /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-Proto: https\r\n\r\n")
+        status, head = read_reply(sock, 10)
+    assert status == 200 and re.search(rb"set-cookie: sgeval_csrf=[^\r]*; secure", head, re.IGNORECASE), head
