@@ -59,10 +59,6 @@ class Benchmark:
                                    "pred": str(pred), "protocol": self.headline, "protocols": list(self.protocols[1:]),
                                    "task": self.task, "workers": 1}, source="benchmark")
 
-    def hidden_paths(self):
-        """The paths no message may show."""
-        return [path for path in (self.gt, self.gt_seg, self.train_gt) if path]
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:

@@ -196,23 +196,6 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def scrub(text, replacements):
-    """Replace every private path in a message by what the submitter may see."""
-    for private, shown in sorted(replacements.items(), key=lambda item: -len(item[0])):
-        if private:
-            text = text.replace(private, shown)
-    return text
-
-
-def scrub_problems(problems, path, shown_name, hidden_paths, folders):
-    """sgeval's problem lines as a submitter may see them: the server's copy of their file (its
-    path or base name) named shown_name, the hidden GT's paths and each folder in folders (path ->
-    label) replaced."""
-    replacements = {**folders, str(path): shown_name, os.path.basename(str(path)): shown_name,
-                    **{hidden: "<hidden ground truth>" for hidden in hidden_paths}}
-    return [scrub(problem, replacements) for problem in problems]
-
-
 class Problems:
     """A check's problems as sgeval's reader adds them (append, extend, +=): the first
     MAX_PROBLEMS lines kept, the rest only counted. len() is the count of all (the reader compares
@@ -276,11 +259,15 @@ def check_prediction(path, shown_name, info, benchmark, records_factor=DEFAULT_R
     name = str(path) if shown_name is None else shown_name
     limit = records_factor * len(info.image_ids)
     problems, ids, too_many = Problems(stop_after=max(limit, MAX_PROBLEMS)), [], []
+    json_masks = info.mode == "mask" and str(path).endswith(".json")  # its masks would be looked up beside it
     try:
         source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
         try:
             for record in records:
                 ids.append(record.image_id)
+                if json_masks and len(record.categories) and record.seg_filename:
+                    problems.append(f"{name}: image {record.image_id}: seg_filename '{record.seg_filename}' is not in "
+                                    "the upload (a .json file holds no masks: send a ZIP of triplets.json and the masks)")
                 if len(ids) > limit:
                     too_many.append(f"{name}: holds more than {limit} image records, {records_factor} per test image "
                                     f"of the benchmark's {len(info.image_ids)} (max_records_factor): is it for another "

@@ -21,6 +21,7 @@ import threading
 import time
 import zipfile
 
+import numpy
 import pytest
 from starlette.testclient import TestClient
 
@@ -28,7 +29,7 @@ import sgeval
 from bench import serve_load
 from bench.serve_load import SLUG, Server
 from sgeval_serve import app as app_module
-from sgeval_serve import checks, connections, uploads
+from sgeval_serve import checks, connections, jobs, uploads
 from sgeval_serve.app import create_app
 from sgeval_serve.settings import load_settings
 
@@ -369,6 +370,102 @@ def test_the_trusted_proxies_are_checked(demo, tmp_path):
     assert error.value.problems == [f"{tmp_path / 'serve.yaml'}: 'forwarded_allow_ips' must be a list of IP addresses "
                                     "and networks (or [\"*\"]), not '10.0.0.1/8', 'proxy'"]
 
+
+# 6. nothing confirms the hidden GT's location or content --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evaluating(demo, tmp_path_factory):
+    """The demo benchmark's app with its evaluation worker, and a submitter's headers."""
+    config = serve_load.write_config(tmp_path_factory.mktemp("evaluating") / "serve.yaml", demo,
+                                     tmp_path_factory.mktemp("evaluating-state"), workers=1, max_upload_mb=2)
+    app = create_app(load_settings(config))
+    with TestClient(app) as client:
+        app.state.client = client
+        yield app, bearer(app, "ann")
+
+
+def failure_of(app, headers, payload, name):
+    """Upload payload (accepted), wait for its evaluation to fail, return the reason."""
+    reply = send(app, headers, payload, name=name)
+    assert reply.status_code == 201, reply.text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        entry = app.state.client.get(f"/api/submissions/{reply.json()['id']}", headers=headers).json()["entry"]
+        if entry["status"] in ("done", "failed"):
+            assert entry["status"] == "failed", entry
+            return entry["reason"]
+        time.sleep(0.2)
+    raise AssertionError("the evaluation did not end")
+
+
+def with_record(demo, edit):
+    """The demo's Model A as ZIP members, its first record with instances given to edit(record,
+    members); returns (ZIP bytes, that record's image id)."""
+    with zipfile.ZipFile(demo / "pred.zip") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    data = json.loads(members["triplets.json"])
+    record = next(record for record in data["images"] if record["instances"])
+    edit(record, members)
+    members["triplets.json"] = json.dumps(data).encode()
+    return zipped(members), record["id"]
+
+
+def test_a_guessed_gt_path_in_an_upload_comes_back_as_it_was_sent(evaluating, demo):
+    """A seg_filename that holds the hidden GT's real folder: the failure reason quotes it as sent
+    (the server used to replace the GT's path in it, which confirmed the guess)."""
+    app, headers = evaluating
+    guess = "x" + str(demo / "panoptic")
+
+    def edit(record, members):
+        record["seg_filename"] = f"{guess}/{record['id']}.tiff"
+        members[record["seg_filename"]] = b"II*\x00garbage"
+
+    payload, image_id = with_record(demo, edit)
+    reason = failure_of(app, headers, payload, "guess.zip")
+    assert reason.startswith(f"guess.zip: image {image_id}: {guess}/{image_id}.tiff: cannot read TIFF")
+    assert "hidden" not in reason
+
+
+def test_failure_reasons_do_not_give_gt_image_sizes(evaluating, demo):
+    app, headers = evaluating
+    sizes = {str(entry["image_id"]): (entry["height"], entry["width"])
+             for entry in json.loads((demo / "psg.json").read_text())["data"]}
+
+    def edit(record, members):
+        members[record["seg_filename"]] = sgeval.encode_masks(numpy.ones((len(record["instances"]), 10, 10), bool))
+
+    payload, image_id = with_record(demo, edit)
+    reason = failure_of(app, headers, payload, "small.zip")
+    height, width = sizes[str(image_id)]
+    assert reason == f"small.zip: image {image_id}: {image_id}.tiff: mask size (10, 10) is not the image's size"
+    assert str(height) not in reason and str(width) not in reason
+
+
+def test_the_read_limit_of_a_mask_file_is_not_given():
+    """The limit of a TIFF's bytes is computed from the GT image's size."""
+    line = ("/srv/state/submissions/3/prediction.zip: image 7: 7.tiff: cannot read TIFF: ValueError: the file holds "
+            "more than 1087712 bytes, more than its masks can need")
+    assert jobs.failure_reason([line], "/srv/state/submissions/3/prediction.zip", "p.zip") == \
+        "p.zip: image 7: 7.tiff: cannot read TIFF: ValueError: the file is larger than its masks can need"
+
+
+def test_problems_that_are_not_about_the_upload_are_not_shown():
+    reason = jobs.failure_reason(["/data/psg/panoptic/7.png: panoptic PNG is 10x12, field 'width'x'height' says 9x9",
+                                  "/srv/s/prediction.zip: image 7: bad"], "/srv/s/prediction.zip", "p.zip")
+    assert reason == "the evaluation failed on the server's side (its log has the details)\np.zip: image 7: bad"
+
+
+def test_a_json_upload_cannot_name_masks(app, demo):
+    """A .json file holds no masks: its seg_filename cannot name one (it used to be looked up beside
+    the server's copy of the file when the evaluation ran)."""
+    with zipfile.ZipFile(demo / "pred.zip") as archive:
+        data = json.loads(archive.read("triplets.json"))
+    record = next(record for record in data["images"] if record["instances"])
+    reply = send(app, bearer(app, "ann"), prediction_json([record]), name="masks.json")
+    assert reply.status_code == 422 and reply.json()["problems"] == [
+        f"masks.json: image {record['id']}: seg_filename '{record['seg_filename']}' is not in the upload (a .json file "
+        "holds no masks: send a ZIP of triplets.json and the masks)"]
 
 # 5. slow and many connections ------------------------------------------------------------------
 
