@@ -20,6 +20,7 @@ import math
 import re
 import secrets
 import time
+import unicodedata
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,6 +46,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}")
 ADMIN_ACTIONS = {"approve": ("approved", 1), "unapprove": ("approved", 0), "hide": ("hidden", 1),
                  "unhide": ("hidden", 0)}
 OWNER_ACTIONS = {"publish": ("public", 1), "unpublish": ("public", 0)}
+HIDDEN_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}  # refused in names and links
 CHECKS_AT_ONCE = 2  # uploads checked at once (each in its process, one per submitter: CheckSlots)
 SECURITY_HEADERS = [(b"content-security-policy", b"default-src 'self'; img-src 'self'; style-src 'self'; "
                      b"script-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
@@ -233,6 +235,12 @@ async def admin(request):
 # submitting --------------------------------------------------------------------------------
 
 
+def visible(text):
+    """False when text holds a control, format (bidi overrides, zero-width), private-use,
+    surrogate, unassigned or line/paragraph-separator character."""
+    return not any(unicodedata.category(c) in HIDDEN_CATEGORIES for c in text)
+
+
 def _words(value):
     """A text field with its runs of white space made single spaces and its ends trimmed."""
     return " ".join(str(value or "").split())
@@ -240,7 +248,14 @@ def _words(value):
 
 def _url(value, field, problems):
     value = (value or "").strip()
-    if value and (len(value) > 500 or urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc):
+    if not value:
+        return value
+    try:
+        parts = urlsplit(value)
+        valid = len(value) <= 500 and parts.scheme in ("http", "https") and bool(parts.hostname) and visible(value)
+    except ValueError:  # urlsplit's on a malformed address, such as http://[::1
+        valid = False
+    if not valid:
         problems.append(f"{field}: give an http:// or https:// address (at most 500 characters)")
     return value
 
@@ -251,6 +266,9 @@ def submission_fields(fields):
     method = _words(fields.get("method"))
     if not 1 <= len(method) <= 100:
         problems.append("method: give the method's name (1 to 100 characters)")
+    elif not visible(method):
+        problems.append("method: give the method's name (1 to 100 characters) without control, format (bidi, "
+                        "zero-width) or private-use characters")
     paper, code = _url(fields.get("paper_url"), "paper_url", problems), _url(fields.get("code_url"), "code_url", problems)
     public = fields.get("public", "1") not in ("0", "false", "no", "off", "")
     if problems:
@@ -386,6 +404,11 @@ async def _queue(request, benchmark, user, upload):
         raise Problem(problem.status, problem.problems, fields=shown) from None
     if upload.path is None or upload.size == 0:
         raise Problem(400, ["file: choose a prediction file (.zip or .json)"], fields=shown)
+    other = await run_in_threadpool(state.store.look_alike_method, user["id"], benchmark.slug, method)
+    if other is not None:
+        raise Problem(409, [f"method: '{method}' looks like '{other}' of another submitter on this benchmark (names "
+                            "are compared ignoring case, width, look-alike letters, spaces, '-', '_' and '.'): add "
+                            "what tells yours apart"], fields=shown)
     known = await run_in_threadpool(state.store.submitted, user["id"], benchmark.slug, upload.sha256)
     if known is not None:  # before the check: a replay costs no check
         raise Problem(409, [f"{upload.file_name}: you submitted this file already (submission #{known}); a "

@@ -18,9 +18,12 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
+import time
+import unicodedata
 from pathlib import Path
 
 SCHEMA = """
@@ -47,6 +50,17 @@ CREATE INDEX IF NOT EXISTS evaluations_by_submission ON evaluations (submission_
 """
 STATUSES = ("queued", "running", "done", "failed")
 MAX_ATTEMPTS = 3  # an evaluation interrupted this often (a server that dies during it) fails
+
+
+# Cyrillic and Greek letters drawn like Latin ones (lower case: name_key case-folds first).
+LOOK_ALIKES = str.maketrans("авекмнорстухіјѕԁԛԝαβεζηικμνορτυχ", "abekmhopctyxijsdqwabezhikmnoptyx")
+SEPARATORS = re.compile(r"[\s._-]+")
+
+
+def name_key(name):
+    """What two names that look alike have in common: NFKC (full-width and other compatibility
+    forms), case-folded, look-alike letters made Latin, spaces, '.', '_' and '-' left out."""
+    return SEPARATORS.sub("", unicodedata.normalize("NFKC", name).casefold().translate(LOOK_ALIKES))
 
 
 def now():
@@ -124,6 +138,10 @@ class Store:
         with self.connect() as db:
             return [dict(row) for row in db.execute(sql, args)]
 
+    def all_rows(self, sql, *args):
+        with self.connect() as db:
+            return [tuple(row) for row in db.execute(sql, args)]
+
     # users and sessions -------------------------------------------------------------------
 
     def add_user(self, name, admin=False):
@@ -132,6 +150,10 @@ class Store:
         token = new_token()
         try:
             with self.transaction() as db:
+                for (other,) in db.execute("SELECT name FROM users"):
+                    if other != name and name_key(other) == name_key(name):
+                        raise ValueError(f"'{name}' looks like the name '{other}' of another user (names are "
+                                         "compared ignoring case, spaces, '-', '_' and '.')")
                 db.execute("INSERT INTO users (name, token_hash, admin, created) VALUES (?, ?, ?, ?)",
                            (name, token_hash(token), int(admin), now()))
         except sqlite3.IntegrityError:
@@ -222,6 +244,16 @@ class Store:
         row = self.one("SELECT id FROM submissions WHERE user_id = ? AND benchmark = ? AND sha256 = ?", user_id,
                        benchmark, sha256)
         return None if row is None else row["id"]
+
+    def look_alike_method(self, user_id, benchmark, method):
+        """A method name of another submitter on the benchmark (its slug) that looks like method
+        (store.name_key), or None."""
+        key = name_key(method)
+        for (other,) in self.all_rows("SELECT DISTINCT method FROM submissions WHERE benchmark = ? AND user_id != ?",
+                                      benchmark, user_id):
+            if name_key(other) == key:
+                return other
+        return None
 
     def submission_file(self, submission_id, kind):
         return self.root / "submissions" / str(int(submission_id)) / f"prediction.{kind}"

@@ -573,3 +573,45 @@ def test_cookies_are_secure_behind_the_trusted_proxy_on_the_real_server(guarded)
         sock.sendall(b"GET /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-Proto: https\r\n\r\n")
         status, head = read_reply(sock, 10)
     assert status == 200 and re.search(rb"set-cookie: sgeval_csrf=[^\r]*; secure", head, re.IGNORECASE), head
+
+
+# 7. the smaller holes ------------------------------------------------------------------------
+
+
+def test_a_malformed_url_is_a_400_with_a_message(app, demo):
+    """urlsplit raises ValueError on 'http://[::1' (it used to end in a 500)."""
+    reply = send(app, bearer(app, "ann"), (demo / "pred.zip").read_bytes(), paper_url="http://[::1")
+    assert reply.status_code == 400 and reply.json()["problems"] == [
+        "paper_url: give an http:// or https:// address (at most 500 characters)"]
+
+
+@pytest.mark.parametrize("method", ["Model\u202eA", "Mod\u200bel", "Model\x07", "Model\u2066A", "Model\ue000"])
+def test_a_method_name_with_invisible_or_control_characters_is_refused(app, demo, method):
+    reply = send(app, bearer(app, "ann"), (demo / "pred.zip").read_bytes(), method=method)
+    assert reply.status_code == 400 and reply.json()["problems"] == [
+        "method: give the method's name (1 to 100 characters) without control, format (bidi, zero-width) or "
+        "private-use characters"]
+
+
+def test_look_alikes_of_another_submitters_method_are_refused(app, demo, tmp_path):
+    ann, bob = bearer(app, "ann"), bearer(app, "bob")
+    assert send(app, ann, (demo / "pred.zip").read_bytes(), method="Model A").status_code == 201
+    copies = serve_load.distinct_copies(demo / "pred.zip", 7, tmp_path)
+    for copy, method in zip(copies, ["model-a", "Model_A", "ＭＯＤＥＬ Ａ", "Model.A", "Mоdel A", "Model A"]):
+        reply = send(app, bob, copy.read_bytes(), method=method)
+        assert reply.status_code == 409 and reply.json()["problems"] == [
+            f"method: '{method}' looks like 'Model A' of another submitter on this benchmark (names are compared "
+            "ignoring case, width, look-alike letters, spaces, '-', '_' and '.'): add what tells yours apart"]
+    assert send(app, ann, copies[-1].read_bytes(), method="model a").status_code == 201  # the same submitter may
+
+
+def test_look_alikes_of_a_user_name_are_refused(app):
+    client = app.state.client
+    assert client.post("/api/signup", json={"name": "sgeval-demo"}).status_code == 201
+    for name in ("Sgeval-demo", "sgeval_demo", "sgeval.demo", "SGEVAL DEMO", "sgevaldemo"):
+        reply = client.post("/api/signup", json={"name": name})
+        assert reply.status_code == 409 and reply.json()["problems"] == [
+            f"name: '{name}' looks like the name 'sgeval-demo' of another user (names are compared ignoring case, "
+            "spaces, '-', '_' and '.')"], name
+    for name in ("sgeval\u202edemo", "sgeval\u200bdemo", "sgeval\x07demo"):
+        assert app.state.client.post("/api/signup", json={"name": name}).status_code == 400
