@@ -644,6 +644,9 @@ def create_app(settings, start_workers=True):
     """The ASGI application for a Settings (settings.load_settings). Reads every benchmark's GT
     once (an unreadable GT stops the start with sgeval's messages)."""
     store = Store(settings.state_dir)
+    removed = store.clear_incoming()
+    if removed:
+        log.info("removed %d upload(s) a stopped server left in %s", removed, store.root / "incoming")
     gt_info = {slug: uploads.gt_info(benchmark) for slug, benchmark in settings.benchmarks.items()}
     dispatcher = jobs.Dispatcher(store, settings)
 

@@ -19,7 +19,15 @@ import sgeval
 
 from . import checks, uploads
 from .settings import load_settings
-from .store import Duplicate, Store
+from .store import Duplicate, StateError, Store
+
+
+def _store(settings):
+    try:
+        return Store(settings.state_dir)
+    except StateError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
 
 
 def _settings(ctx):
@@ -62,6 +70,9 @@ def serve(settings):
         for problem in error.problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
+    except StateError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
     click.echo(f"sgeval serve: http://{settings.host}:{settings.port}/ ({len(settings.benchmarks)} benchmark(s), "
                f"{settings.workers} evaluation worker(s), state in {settings.state_dir})", err=True)
     # proxy_headers=False: the app applies forwarded_allow_ips itself (create_app), so tests see it too.
@@ -78,7 +89,7 @@ def serve(settings):
 @click.pass_context
 def token(ctx, name, admin, renew):
     """Issue a token for a new user NAME (or a new token with --renew); prints it once."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     try:
         value = store.new_token_for(name) if renew else store.add_user(name, admin)
     except ValueError as error:
@@ -93,7 +104,7 @@ def token(ctx, name, admin, renew):
 @click.pass_context
 def revoke(ctx, name):
     """Revoke the token of user NAME (their sessions end too)."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     user = store.user_by_name(name)
     if user is None:
         raise click.ClickException(f"no user '{name}'")
@@ -104,7 +115,7 @@ def revoke(ctx, name):
 @click.pass_context
 def users(ctx):
     """List the users."""
-    for user in Store(_settings(ctx).state_dir).users():
+    for user in _store(_settings(ctx)).users():
         role = ("admin" if user["admin"] else "submitter") + (", revoked" if user["revoked"] else "")
         click.echo(f"{user['name']}\t{role}\t{user['created']}")
 
@@ -126,7 +137,7 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     spec = settings.benchmarks.get(benchmark)
     if spec is None:
         raise click.ClickException(f"no benchmark '{benchmark}' (have: {', '.join(settings.benchmarks)})")
-    store = Store(settings.state_dir)
+    store = _store(settings)
     if store.user_by_name(user_name) is None:
         store.add_user(user_name)
     user = store.user_by_name(user_name)
@@ -168,7 +179,7 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
 @click.pass_context
 def reevaluate(ctx, ids, outdated):
     """Queue new evaluations of submissions IDS (an admin's action)."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     if outdated:
         ids = list(ids) + [row["id"] for row in store.submissions() if row["sgeval_version"]
                            and row["sgeval_version"] != sgeval.__version__]

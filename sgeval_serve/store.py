@@ -2,7 +2,7 @@
 
     state_dir/sgeval-serve.sqlite3     users, sessions, submissions, evaluations
     state_dir/secret                   the key of the forms' CSRF tokens
-    state_dir/incoming/<random>.part   uploads being received
+    state_dir/incoming/<random>.part   uploads being received or checked (emptied at each start)
     state_dir/submissions/<id>/        the accepted file (prediction.zip or prediction.json)
     state_dir/evaluations/<id>/<attempt>/  an evaluation's results.json and figure
 
@@ -75,6 +75,10 @@ def new_token():
     return "sgv_" + secrets.token_urlsafe(32)
 
 
+class StateError(Exception):
+    """The state folder or its database cannot be used (one line for the admin)."""
+
+
 class QuotaExceeded(Exception):
     pass
 
@@ -90,14 +94,24 @@ class Store:
     own connection."""
 
     def __init__(self, state_dir):
+        """Opens (makes) the state folder and its database; StateError when either cannot be
+        written."""
         self.root = Path(state_dir)
-        for sub in ("incoming", "submissions", "evaluations"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.path = self.root / "sgeval-serve.sqlite3"
-        with self.connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-        self.secret = self._secret()
+        try:
+            for sub in ("incoming", "submissions", "evaluations"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            with self.connect() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(SCHEMA)
+                db.execute("BEGIN IMMEDIATE")  # a write lock: fails on a database that cannot be written
+                db.execute("COMMIT")
+            self.secret = self._secret()
+            probe = self.root / "incoming" / f".probe-{secrets.token_hex(8)}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except (OSError, sqlite3.Error, ValueError) as error:
+            raise StateError(f"{self.root}: the state folder cannot be used ({type(error).__name__}: {error})") from None
 
     def _secret(self):
         path = self.root / "secret"
@@ -106,6 +120,21 @@ class Store:
                                                              "w") as file:
                 file.write(secrets.token_hex(32))
         return bytes.fromhex(path.read_text().strip())
+
+    def clear_incoming(self):
+        """At the server's start: remove what uploads left in incoming/ (a server killed while it
+        received or checked them). A file of the CLI's submit younger than an hour may be in use:
+        it stays. Returns how many were removed."""
+        removed = 0
+        for path in (self.root / "incoming").iterdir():
+            if path.name.startswith("cli-") and time.time() - path.stat().st_mtime < 3600:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed += 1
+        return removed
 
     @contextlib.contextmanager
     def connect(self):

@@ -17,6 +17,8 @@ import os
 import re
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -615,3 +617,83 @@ def test_look_alikes_of_a_user_name_are_refused(app):
             "spaces, '-', '_' and '.')"], name
     for name in ("sgeval\u202edemo", "sgeval\u200bdemo", "sgeval\x07demo"):
         assert app.state.client.post("/api/signup", json={"name": name}).status_code == 400
+
+
+def test_an_upload_orphaned_by_a_killed_server_is_removed_at_the_next_start(demo, tmp_path, bomb):
+    """kill -9 while an upload is being checked: its check process dies with the server (no process
+    is left reading it), and the next start removes the file from incoming/."""
+    config = serve_load.write_config(tmp_path / "serve.yaml", demo, tmp_path / "state", workers=1)
+    token = serve_load.cli(config, "token", "ann")
+    incoming = tmp_path / "state" / "incoming"
+    with Server(config, tmp_path / "server.log") as server:
+        sender = threading.Thread(target=serve_load.upload, args=(server.url, token, bomb, "Bomb"))
+        sender.start()
+        serve_load.until(lambda: list(incoming.glob("*.zip")), 30, "the upload to arrive")
+        serve_load.until(lambda: len(descendants(server.process.pid)) >= 2, 30, "the check's process")
+        processes = descendants(server.process.pid)
+        server.kill()
+        sender.join()
+        serve_load.until(lambda: not [pid for pid in processes if os.path.exists(f"/proc/{pid}")
+                                      and process_state(pid) not in "ZX"], 15, "the check's process to die")
+    assert list(incoming.iterdir())
+    with Server(config, tmp_path / "server.log"):
+        assert not list(incoming.iterdir())
+
+
+def descendants(pid):
+    """The processes under pid (from /proc)."""
+    children = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                children[int(process_stat(int(entry))[1])].append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        found += children[todo.pop()]
+        todo += children[found[-1]] if found else []
+    return found
+
+
+def process_stat(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()  # state, ppid, ...
+
+
+def process_state(pid):
+    with contextlib.suppress(OSError):
+        return process_stat(pid)[0]
+    return "X"
+
+
+def start_in(config, *wrapper):
+    return subprocess.run([*wrapper, sys.executable, "-m", "sgeval_serve", "--config", str(config), "--port", "0"],
+                          cwd=serve_load.ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_a_state_folder_that_cannot_be_written_is_one_line(demo, tmp_path):
+    state = tmp_path / "state"
+    state.write_text("a file, not a folder")
+    config = serve_load.write_config(tmp_path / "serve.yaml", demo, state)
+    started = start_in(config)
+    assert started.returncode == 1 and "Traceback" not in started.stderr
+    assert started.stderr.strip().splitlines()[-1].startswith(f"error: {state}: the state folder cannot be used (")
+
+
+def test_a_read_only_state_folder_is_one_line(demo, tmp_path):
+    """The state folder of a working server, then mounted read-only (as root: a bind mount in a
+    mount namespace of its own; else its permissions)."""
+    config = serve_load.write_config(tmp_path / "serve.yaml", demo, tmp_path / "state")
+    serve_load.cli(config, "users")  # makes the state folder and its database
+    state = tmp_path / "state"
+    if os.geteuid() == 0:
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+            pytest.skip("root without mount namespaces: cannot make a read-only folder")
+        started = start_in(config, "unshare", "-m", "sh", "-c", f'mount --bind "{state}" "{state}" && mount -o '
+                           f'remount,bind,ro "{state}" && exec "$@"', "sh")
+    else:
+        for path in [state, *state.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        started = start_in(config)
+    assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
+    last = started.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {state}: the state folder cannot be used ("), started.stderr
