@@ -2,7 +2,8 @@
 
 Every page has its data at the same path under ``/api`` (``/b/psg`` and ``/api/b/psg``). Browsers
 log in with their token once and then hold a session cookie; API clients send
-``Authorization: Bearer <token>``. Every form carries a CSRF token tied to a cookie of the browser.
+``Authorization: Bearer <token>``. Every form carries a CSRF token tied to the browser's session
+(before logging in: to a cookie of the browser).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 import sgeval
 
 from . import boards, checks, jobs, limits, uploads
+from . import store as store_module
 from .store import Duplicate, QuotaExceeded, Store
 
 log = logging.getLogger("sgeval.serve")
@@ -93,14 +95,17 @@ def _authenticate(request):
     """Sets request.state.user (None for a visitor). The API takes only tokens
     (Authorization: Bearer), the pages only the session cookie, so the API needs no CSRF token."""
     store = request.app.state.store
-    request.state.user = None
+    request.state.user, request.state.session_key = None, None
     authorization = request.headers.get("authorization", "")
     if _is_api(request) and authorization[:7].lower() == "bearer ":
         request.state.user = store.user_by_token(authorization[7:].strip())
         if request.state.user is None:
             raise Problem(401, ["the API token is not valid (or was revoked)"])
     elif not _is_api(request) and request.cookies.get(SESSION_COOKIE):
-        request.state.user = store.user_by_session(request.cookies[SESSION_COOKIE])
+        request.state.user = store.user_by_session(request.cookies[SESSION_COOKIE],
+                                                   request.app.state.settings.session_days)
+        if request.state.user is not None:
+            request.state.session_key = request.cookies[SESSION_COOKIE]
     _read_csrf_cookie(request)
 
 
@@ -112,8 +117,11 @@ def _read_csrf_cookie(request):
 
 
 def _csrf_token(request):
-    key = request.app.state.store.secret
-    return hmac.new(key, request.state.csrf_cookie.encode(), hashlib.sha256).hexdigest()
+    """The forms' CSRF token: bound to the session of a logged-in browser, else to its CSRF cookie
+    (a cookie planted by another site then makes no token valid in anyone's session)."""
+    session = getattr(request.state, "session_key", None)
+    bound = f"session:{session}" if session else f"cookie:{request.state.csrf_cookie}"
+    return hmac.new(request.app.state.store.secret, bound.encode(), hashlib.sha256).hexdigest()
 
 
 def _check_csrf(request, sent):
@@ -473,15 +481,50 @@ async def login(request):
     user = await run_in_threadpool(store.user_by_token, fields.get("token", "").strip())
     if user is None:
         return _page(request, "login.html", {"problems": ["that token is not valid (or was revoked)"]}, status=401)
-    return await _start_session(request, RedirectResponse("/me", status_code=303), user)
+    response = RedirectResponse("/me", status_code=303)
+    await _start_session(request, response, user)
+    return response
 
 
 async def _start_session(request, response, user):
-    """Log the browser in: a new session, its key in an HttpOnly cookie on response."""
-    key = await run_in_threadpool(request.app.state.store.new_session, user["id"])
+    """Log the browser in: a new session, its key in an HttpOnly cookie on response. Returns the key."""
+    days = request.app.state.settings.session_days
+    key = await run_in_threadpool(request.app.state.store.new_session, user["id"], days)
     response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="lax", secure=request.url.scheme == "https",
-                        max_age=30 * 86400)
-    return response
+                        max_age=days * 86400)
+    return key
+
+
+class NewTokens:
+    """Tokens just issued in a browser, shown by GET /token to that browser's session for
+    SHOWN_SECONDS (the POST that made one redirects there, so a reload posts nothing again). In
+    memory, at most MAX entries; the server keeps no token otherwise."""
+
+    SHOWN_SECONDS, MAX = 600, 10_000
+
+    def __init__(self):
+        self.shown = {}  # session key hash -> (until, page data)
+
+    def add(self, session_key, data):
+        now = time.monotonic()
+        for key in [key for key, (until, _) in self.shown.items() if until < now]:
+            del self.shown[key]
+        while len(self.shown) >= self.MAX:
+            del self.shown[next(iter(self.shown))]
+        self.shown[store_module.token_hash(session_key)] = (now + self.SHOWN_SECONDS, data)
+
+    def get(self, session_key):
+        until, data = self.shown.get(store_module.token_hash(session_key or ""), (0, None))
+        return data if until > time.monotonic() else None
+
+
+async def new_token(request):
+    """The token just issued in this browser (sign-up, or an admin's issue)."""
+    data = request.app.state.new_tokens.get(request.state.session_key)
+    if data is None:
+        raise Problem(404, ["no token to show here: a token is shown for a few minutes, in the browser that signed up "
+                            "or issued it; ask an admin for a new one"])
+    return _page(request, "token.html", data)
 
 
 async def logout(request):
@@ -521,8 +564,12 @@ async def signup(request):
             raise
         return _page(request, "signup.html", {"problems": problem.problems}, status=problem.status)
     user = store.user_by_token(token)
-    response = _page(request, "token.html", {"name": user["name"], "token": token, "admin": False}, status=201)
-    return response if _is_api(request) else await _start_session(request, response, user)
+    data = {"name": user["name"], "token": token, "admin": False}
+    if _is_api(request):
+        return JSONResponse(data, status_code=201)
+    response = RedirectResponse("/token", status_code=303)  # POST/redirect/GET: a reload does not sign up again
+    request.app.state.new_tokens.add(await _start_session(request, response, user), data)
+    return response
 
 
 async def issue_token(request):
@@ -538,8 +585,11 @@ async def issue_token(request):
     else:
         token = await run_in_threadpool(_new_user, store, name, fields.get("admin") in ("1", "on", True))
     user = store.user_by_token(token)
-    return _page(request, "token.html", {"name": user["name"], "token": token, "admin": bool(user["admin"])},
-                 status=201)
+    data = {"name": user["name"], "token": token, "admin": bool(user["admin"])}
+    if _is_api(request):
+        return JSONResponse(data, status_code=201)
+    request.app.state.new_tokens.add(request.state.session_key, data)
+    return RedirectResponse("/token", status_code=303)
 
 
 async def revoke(request):
@@ -632,7 +682,7 @@ def _routes():
     routes = [Route("/b/{slug}/submit", authenticated(submit_form)), Route("/login", authenticated(login_form)),
               Route("/login", authenticated(login), methods=["POST"]),
               Route("/logout", authenticated(logout), methods=["POST"]),
-              Route("/signup", authenticated(signup_form)),
+              Route("/signup", authenticated(signup_form)), Route("/token", authenticated(new_token)),
               Route("/submissions/{submission_id}/per_predicate.png", authenticated(plot)),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     routes += [Route(path, authenticated(endpoint), methods=methods) for path, endpoint, methods in pages]
@@ -666,6 +716,7 @@ def create_app(settings, start_workers=True):
                     exception_handlers={HTTPException: http_error, Exception: internal_error})
     app.state.settings, app.state.store, app.state.dispatcher, app.state.gt_info = settings, store, dispatcher, gt_info
     app.state.refused, app.state.uploading = RefusedUploads(settings.refused_per_hour), set()
+    app.state.new_tokens = NewTokens()
     app.state.templates = Jinja2Templates(directory=HERE / "templates")
     app.state.templates.env.globals["version"] = sgeval.__version__
     app.add_middleware(limits.BodyLimits, upload_bytes=settings.max_upload_bytes, body_timeout=settings.body_timeout,

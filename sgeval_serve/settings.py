@@ -19,7 +19,7 @@ import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
                "body_timeout", "validation_timeout", "validation_memory_mb", "max_records_factor", "refused_per_hour",
-               "forwarded_allow_ips", "header_timeout", "max_connections", "benchmarks")
+               "forwarded_allow_ips", "header_timeout", "max_connections", "session_days", "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -78,6 +78,7 @@ class Settings:
     forwarded_allow_ips: tuple  # the proxies whose X-Forwarded-Proto and -For are believed (empty: none)
     header_timeout: int  # seconds a request's head may take (connections.py)
     max_connections: int  # connections open at once (connections.py)
+    session_days: int  # a browser's login lasts this long (on the server, and its cookie)
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -248,6 +249,7 @@ def load_settings(path, **overrides):
         forwarded_allow_ips=_proxies(values, where, problems),
         header_timeout=_integer(values, "header_timeout", 10, 1, 3600, where, problems),
         max_connections=_integer(values, "max_connections", 200, 1, 100_000, where, problems),
+        session_days=_integer(values, "session_days", 14, 1, 3650, where, problems),
         benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right

@@ -67,6 +67,12 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def ago(days):
+    """The time days before now, as now() writes times (they compare as text)."""
+    moment = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=days)
+    return moment.isoformat(timespec="seconds")
+
+
 def token_hash(token):
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -212,16 +218,20 @@ class Store:
     def users(self):
         return self.all("SELECT id, name, admin, revoked, created FROM users ORDER BY id")
 
-    def new_session(self, user_id):
+    def new_session(self, user_id, days):
+        """A new session's key; the sessions older than days end."""
         key = secrets.token_urlsafe(32)
         with self.transaction() as db:
+            db.execute("DELETE FROM sessions WHERE created < ?", (ago(days),))
             db.execute("INSERT INTO sessions (key_hash, user_id, created) VALUES (?, ?, ?)",
                        (token_hash(key), user_id, now()))
         return key
 
-    def user_by_session(self, key):
+    def user_by_session(self, key, days):
+        """The user of a session younger than days (and not revoked), or None."""
         return self.one("SELECT users.* FROM sessions JOIN users ON users.id = sessions.user_id "
-                        "WHERE sessions.key_hash = ? AND users.revoked = 0", token_hash(key))
+                        "WHERE sessions.key_hash = ? AND sessions.created >= ? AND users.revoked = 0",
+                        token_hash(key), ago(days))
 
     def end_session(self, key):
         with self.transaction() as db:

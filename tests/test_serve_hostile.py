@@ -665,6 +665,44 @@ def process_state(pid):
     return "X"
 
 
+def log_in(app, name):
+    """A browser of its own, logged in as name; returns the client and its /me page."""
+    client = TestClient(app)
+    client.__enter__()
+    token = app.state.store.new_token_for(name) if app.state.store.user_by_name(name) else app.state.store.add_user(name)
+    page = client.get("/login")
+    reply = client.post("/login", data={"token": token, "csrf": csrf_of(page.text)})
+    assert reply.status_code == 200 and reply.url.path == "/me"
+    return client, reply
+
+
+def test_sessions_expire_on_the_server(demo, tmp_path):
+    app = make_app(demo, tmp_path, session_days=2)
+    with TestClient(app):
+        client, _ = log_in(app, "ann")
+        assert client.get("/me").status_code == 200
+        login = client.cookies.jar
+        assert any(cookie.name == "sgeval_session" and 2 * 86400 - 60 < cookie.expires - time.time() <= 2 * 86400
+                   for cookie in login)
+        with app.state.store.transaction() as db:
+            db.execute("UPDATE sessions SET created = '2000-01-01T00:00:00+00:00'")
+        assert client.get("/me").status_code == 401
+
+
+def test_the_csrf_token_is_bound_to_the_session(app):
+    """Two browsers made to share a CSRF cookie (one planted by an attacker): the token on the
+    logged-in user's pages is not valid in the other's session."""
+    ann, ann_page = log_in(app, "ann")
+    bob = TestClient(app, cookies={"sgeval_csrf": ann.cookies["sgeval_csrf"]})
+    bob.__enter__()
+    page = bob.get("/login")
+    token = app.state.store.add_user("bob")
+    assert bob.post("/login", data={"token": token, "csrf": csrf_of(page.text)}).url.path == "/me"
+    forged = bob.post("/logout", data={"csrf": csrf_of(ann_page.text)}, follow_redirects=False)
+    assert forged.status_code == 403
+    assert bob.post("/logout", data={"csrf": csrf_of(bob.get("/me").text)}, follow_redirects=False).status_code == 303
+
+
 def start_in(config, *wrapper):
     return subprocess.run([*wrapper, sys.executable, "-m", "sgeval_serve", "--config", str(config), "--port", "0"],
                           cwd=serve_load.ROOT, capture_output=True, text=True, timeout=60)
@@ -697,3 +735,15 @@ def test_a_read_only_state_folder_is_one_line(demo, tmp_path):
     assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
     last = started.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {state}: the state folder cannot be used ("), started.stderr
+
+
+def test_signing_up_in_a_browser_redirects(app):
+    client = TestClient(app)
+    page = client.get("/signup")
+    reply = client.post("/signup", data={"name": "carol", "csrf": csrf_of(page.text)}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/token"
+    shown = client.get("/token")
+    token = re.search(r'<pre class="token" id="token">(sgv_[A-Za-z0-9_-]+)</pre>', shown.text).group(1)
+    assert app.state.store.user_by_token(token)["name"] == "carol"
+    assert client.get("/token").text.count(token) == 1  # a reload shows it again: nothing is posted
+    assert TestClient(app).get("/token").status_code == 404  # another browser sees nothing
