@@ -448,7 +448,9 @@ async def submission_action(request):
     row = await run_in_threadpool(state.store.submission, submission_id)
     if row is None or not boards.can_see(row, user):
         raise Problem(404, ["no such submission"])
-    if action in OWNER_ACTIONS and (user["admin"] or row["user_id"] == user["id"]):
+    if action in OWNER_ACTIONS:
+        if not (user["admin"] or row["user_id"] == user["id"]):
+            raise Problem(403, ["only the submitter or an admin can make a submission public or private"])
         await run_in_threadpool(state.store.set_flag, submission_id, *OWNER_ACTIONS[action])
     elif action in (*ADMIN_ACTIONS, "reevaluate", "delete"):
         _need_admin(request)

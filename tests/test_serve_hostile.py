@@ -737,6 +737,23 @@ def test_a_read_only_state_folder_is_one_line(demo, tmp_path):
     assert last.startswith(f"error: {state}: the state folder cannot be used ("), started.stderr
 
 
+def test_a_non_owner_cannot_unpublish(app):
+    store = app.state.store
+    owner = store.user_by_token(store.add_user("owner"))
+    path = store.root / "incoming" / "x.json"
+    path.write_text("{}")
+    fields = {"user_id": owner["id"], "method": "m", "paper_url": "", "code_url": "", "public": 1,
+              "file_name": "f.json", "file_kind": "json", "size": 2, "sha256": "h", "images_predicted": 1,
+              "images_missing": 0, "images_extra": 0}
+    submission_id = store.add_submission(fields, path, app.state.settings.benchmarks[SLUG], quota=False)
+    evaluation_id = store.claim()[0]
+    store.finish(evaluation_id, "done", summary={"metrics": {}, "audit": {}, "images": {}})
+    reply = app.state.client.post(f"/api/submissions/{submission_id}/unpublish", headers=bearer(app, "bob"))
+    assert reply.status_code == 403 and reply.json()["problems"] == [
+        "only the submitter or an admin can make a submission public or private"]
+    assert store.submission(submission_id)["public"] == 1
+
+
 def test_signing_up_in_a_browser_redirects(app):
     client = TestClient(app)
     page = client.get("/signup")
