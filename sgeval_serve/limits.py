@@ -62,23 +62,27 @@ class BodyLimits:
         declared = declared_length(scope)
         if declared is not None and declared > limit and not upload:
             return await self.refuse(scope, receive, send, 413, str(BodyTooLarge(limit)))
-        received, ended = 0, False
+        received, ended, over = 0, False, False
 
         async def bounded_receive():
-            nonlocal received, ended
+            nonlocal received, ended, over
+            if over:
+                raise BodyTooLarge(limit)
             if ended:  # the body is in: what follows is the wait for a disconnect, not bounded here
                 return await receive()
             try:
                 message = await asyncio.wait_for(receive(), self.body_timeout)
             except asyncio.TimeoutError:
                 raise BodyTimeout(self.body_timeout) from None
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                ended = not message.get("more_body", False)
-                if received > limit:
-                    raise BodyTooLarge(limit)
-            else:
+            if message["type"] != "http.request":
                 ended = True
+                return message
+            body = message.get("body", b"")
+            ended = not message.get("more_body", False)
+            if received + len(body) > limit:  # the part within the bound now, the refusal at the next call
+                message = {**message, "body": body[:limit - received], "more_body": True}
+                over, ended = True, False
+            received += len(message["body"])
             return message
 
         return await self.app(scope, bounded_receive, send)

@@ -75,8 +75,8 @@ def sniff_kind(head):
 class _Receiver:
     """The multipart parser's callbacks: text fields into memory (small), the file into a file."""
 
-    def __init__(self, incoming, max_bytes):
-        self.incoming, self.max_bytes = incoming, max_bytes
+    def __init__(self, incoming, max_bytes, refuse_file=None):
+        self.incoming, self.max_bytes, self.refuse_file = incoming, max_bytes, refuse_file
         self.fields, self.problems, self.parts = {}, [], 0
         self.path, self.file, self.file_name, self.size, self.head = None, None, "", 0, b""
         self.digest = hashlib.sha256()
@@ -109,6 +109,8 @@ class _Receiver:
         if self._name not in FIELDS:
             raise UploadError(400, [f"unknown form field '{self._name[:40]}' (expected: {', '.join(FIELDS)})"])
         if self._name == "file":
+            if self.refuse_file:  # the file is too large: stop before its data
+                raise UploadError(413, [self.refuse_file])
             if self.file is not None:
                 raise UploadError(400, ["send one file"])
             self.file_name = display_name(options.get(b"filename", b"").decode("utf-8", "replace"))
@@ -154,27 +156,27 @@ async def receive(request, incoming, max_bytes):
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise UploadError(415, ["send the form as multipart/form-data"])
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_bytes + 64 * 1024:
-        raise UploadError(413, [f"the upload is larger than the limit of {max_bytes >> 20} MiB"])
-    receiver = _Receiver(incoming, max_bytes)
-    parser = MultipartParser(boundary, receiver.callbacks(), max_size=max_bytes + 64 * 1024)
+    too_large = f"the upload is larger than the limit of {max_bytes >> 20} MiB"
+    declared = limits.declared_length(request.scope)
+    # a declared length over the limit: the form's fields are read (they come before the file), not the file
+    receiver = _Receiver(incoming, max_bytes, too_large if (declared or 0) > max_bytes + limits.FORM_OVERHEAD else None)
+    parser = MultipartParser(boundary, receiver.callbacks(), max_size=max_bytes + limits.FORM_OVERHEAD)
     try:
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
-    except UploadError:
+    except UploadError as error:  # a refused form keeps the fields read so far
         receiver.discard()
-        raise
+        raise UploadError(error.status, error.problems, error.fields or receiver.fields) from None
     except limits.BodyTooLarge:
         receiver.discard()
-        raise UploadError(413, [f"the upload is larger than the limit of {max_bytes >> 20} MiB"]) from None
+        raise UploadError(413, [too_large], receiver.fields) from None
     except limits.BodyTimeout as error:
         receiver.discard()
-        raise UploadError(408, [f"{error}: send it again"]) from None
+        raise UploadError(408, [f"{error}: send it again"], receiver.fields) from None
     except Exception as error:  # the parser's own errors: a malformed body
         receiver.discard()
-        raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"]) from None
+        raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"], receiver.fields) from None
     receiver.close()
     if receiver.path is None or receiver.size == 0:  # a browser sends an empty part when no file was chosen
         receiver.discard()

@@ -754,6 +754,18 @@ def test_a_non_owner_cannot_unpublish(app):
     assert store.submission(submission_id)["public"] == 1
 
 
+def test_a_413_keeps_the_forms_fields(app):
+    fields = {"method": "Kept", "paper_url": "https://example.org/p", "code_url": "", "public": "0"}
+    reply = send(app, bearer(app, "ann"), b"{" + b" " * (3 << 20) + b"}", **fields)
+    assert reply.status_code == 413 and reply.json()["fields"] == fields
+
+    client, me = log_in(app, "bob")
+    page = client.get(f"/b/{SLUG}/submit")
+    reply = client.post(f"/b/{SLUG}/submissions", data={"csrf": csrf_of(page.text), **fields},
+                        files={"file": ("big.json", b"{" + b" " * (3 << 20) + b"}")})
+    assert reply.status_code == 413 and 'value="Kept"' in reply.text and 'value="https://example.org/p"' in reply.text
+
+
 def test_signing_up_in_a_browser_redirects(app):
     client = TestClient(app)
     page = client.get("/signup")
