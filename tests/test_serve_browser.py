@@ -43,7 +43,7 @@ benchmarks:
     dataset: PSG demo
     split: test
     task: sgdet
-    description: 80 synthetic images in the shape of OpenPSG's panoptic scene graphs (tools/make_demo.py).
+    description: 31 synthetic test images in the shape of OpenPSG's panoptic scene graphs (tools/make_demo.py).
     gt: {data}/psg.json
     gt_seg: {data}/panoptic
     protocols: [singlempo, unique, openpsg, multimpo]

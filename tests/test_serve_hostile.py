@@ -25,6 +25,7 @@ import zipfile
 
 import numpy
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
 import sgeval
@@ -776,3 +777,10 @@ def test_signing_up_in_a_browser_redirects(app):
     assert app.state.store.user_by_token(token)["name"] == "carol"
     assert client.get("/token").text.count(token) == 1  # a reload shows it again: nothing is posted
     assert TestClient(app).get("/token").status_code == 404  # another browser sees nothing
+
+
+def test_the_demo_benchmark_says_how_many_test_images_it_has(app):
+    """The images the service evaluates (the split's images with relations), as its refusals count them."""
+    images = len(app.state.gt_info[SLUG].image_ids)
+    description = yaml.safe_load(serve_load.DEMO_CONFIG.read_text())["benchmarks"][SLUG]["description"]
+    assert images == 31 and description.startswith(f"{images} synthetic test images")
