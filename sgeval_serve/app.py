@@ -12,9 +12,7 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-import heapq
 import hmac
-import itertools
 import json
 import logging
 import math
@@ -49,7 +47,6 @@ ADMIN_ACTIONS = {"approve": ("approved", 1), "unapprove": ("approved", 0), "hide
                  "unhide": ("hidden", 0)}
 OWNER_ACTIONS = {"publish": ("public", 1), "unpublish": ("public", 0)}
 HIDDEN_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}  # refused in names and links
-CHECKS_AT_ONCE = 2  # uploads checked at once (each in its process, one per submitter: CheckSlots)
 SECURITY_HEADERS = [(b"content-security-policy", b"default-src 'self'; img-src 'self'; style-src 'self'; "
                      b"script-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
                     (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
@@ -306,41 +303,6 @@ async def submit(request):
     return _redirect(request, f"/submissions/{submission_id}", data, status=201)
 
 
-class CheckSlots:
-    """At most n uploads checked at once. A waiting check starts in order of its submitter's refused
-    uploads in the last hour, then of arrival: a submitter whose uploads are refused cannot keep
-    the others waiting once their first refusal is counted."""
-
-    def __init__(self, n):
-        self.free, self.waiting, self.arrivals = n, [], itertools.count()
-
-    @contextlib.asynccontextmanager
-    async def slot(self, refusals):
-        if self.free and not self.waiting:
-            self.free -= 1
-        else:
-            turn = asyncio.get_running_loop().create_future()
-            heapq.heappush(self.waiting, (refusals, next(self.arrivals), turn))
-            try:
-                await turn
-            except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled():  # the slot came with the cancellation: pass it on
-                    self._release()
-                raise
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self):
-        while self.waiting:
-            turn = heapq.heappop(self.waiting)[2]
-            if not turn.done():
-                turn.set_result(None)
-                return
-        self.free += 1
-
-
 class RefusedUploads:
     """The times of each submitter's refused uploads in the last hour (in memory: a restart
     forgets them)."""
@@ -421,10 +383,9 @@ async def _queue(request, benchmark, user, upload):
     if known is not None:  # before the check: a replay costs no check
         raise Problem(409, [f"{upload.file_name}: you submitted this file already (submission #{known}); a "
                             "submission is evaluated once"], fields=shown)
-    async with state.check_slots.slot(state.refused.count(user["id"])):
-        counts, problems = await run_in_threadpool(checks.check_upload, upload.path, upload.file_name,
-                                                   state.gt_info[benchmark.slug], benchmark,
-                                                   checks.Limits.of(state.settings))
+    counts, problems = await checks.check_upload(state.check_turns, state.refused.count(user["id"]), upload.path,
+                                                 upload.file_name, state.gt_info[benchmark.slug], benchmark,
+                                                 checks.Limits.of(state.settings))
     if problems:
         raise Problem(422, problems, fields=shown, images=counts)
     fields = uploads.submission_row(user["id"], method, paper, code, public, upload, counts)
@@ -704,7 +665,7 @@ def create_app(settings, start_workers=True):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        app.state.check_slots = CheckSlots(CHECKS_AT_ONCE)
+        app.state.check_turns = checks.CheckTurns()
         await run_in_threadpool(checks.start)
         if start_workers:
             dispatcher.start()

@@ -149,7 +149,8 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     shutil.copyfile(path, incoming)
     try:
         checks.start()
-        counts, problems = checks.check_upload(incoming, path, uploads.gt_info(spec), spec, checks.Limits.of(settings))
+        counts, problems = checks.check_upload_now(incoming, path, uploads.gt_info(spec), spec,
+                                                   checks.Limits.of(settings))
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)
