@@ -1,9 +1,13 @@
-"""uvicorn's HTTP/1.1 protocol (h11) with the two bounds it lacks.
+"""uvicorn's HTTP/1.1 protocol (h11) with the bounds it lacks.
 
 - ``header_timeout``: a request's head (its line and headers) must be complete within this many
   seconds of the connection's start, or of the end of the previous response; else the connection
   is closed. uvicorn has no such deadline: a client that sends its head a byte at a time holds its
   connection and a file descriptor for ever (its keep-alive timeout is reset by every byte).
+- A request answered before its body has arrived (a refusal): the rest of the body is read and
+  dropped while it keeps coming (no pause of header_timeout), for at most LINGER_SECONDS, so the
+  client reads the answer rather than a reset; then the next request's head has header_timeout.
+  (A client that sent ``Connection: close`` is cut at once, as uvicorn does.)
 - ``max_connections``: a connection beyond this many closes the connection that has waited longest
   for a request's head, or itself when every other connection is busy with a request. uvicorn's
   ``limit_concurrency`` answers 503 only once a request's head has arrived, so it does not bound
@@ -18,9 +22,11 @@ from __future__ import annotations
 import resource
 import time
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers (h11_max_incomplete_event_size)
+LINGER_SECONDS = 60  # the most time the rest of a refused request's body is read for
 SPARE_FILES = 64  # open files beside the connections: the database, uploads, logs, pipes, libraries
 
 
@@ -40,25 +46,34 @@ class BoundedH11Protocol(H11Protocol):
             (min(waiting, key=lambda c: c.waiting_since) if waiting else self).transport.close()
 
     def data_received(self, data):
-        cycle = self.cycle
+        cycle, lingering = self.cycle, self.conn.our_state is h11.DONE and self.conn.their_state is h11.SEND_BODY
         super().data_received(data)
         if self.cycle is not cycle:  # a request's head arrived (its cycle began)
             self._head_arrived()
+        elif lingering and not self.transport.is_closing():
+            if self.conn.their_state is not h11.SEND_BODY:
+                self._wait_for_head()  # the refused request's body has ended: the next head's deadline starts
+            else:  # it goes on: a pause of header_timeout ends it, as does the end of its time
+                self._wait_for_head(min(self.header_timeout, self.linger_until - time.monotonic()), keep_since=True)
 
     def on_response_complete(self):
         cycle = self.cycle
         super().on_response_complete()
         if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request began: wait for one
-            self._wait_for_head()
+            self.linger_until = time.monotonic() + LINGER_SECONDS
+            self._wait_for_head(self.header_timeout if self.conn.their_state is h11.SEND_BODY else None)
 
     def connection_lost(self, exc):
         self._head_arrived()
         super().connection_lost(exc)
 
-    def _wait_for_head(self):
+    def _wait_for_head(self, seconds=None, keep_since=False):
+        """The deadline of the next request's head (or of the rest of a refused body): in seconds,
+        else header_timeout."""
+        since = self.waiting_since
         self._head_arrived()
-        self.waiting_since = time.monotonic()
-        self.head_deadline = self.loop.call_later(self.header_timeout, self._head_overdue)
+        self.waiting_since = since if keep_since and since is not None else time.monotonic()
+        self.head_deadline = self.loop.call_later(max(0.0, seconds or self.header_timeout), self._head_overdue)
 
     def _head_arrived(self):
         self.waiting_since = None

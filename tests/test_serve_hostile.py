@@ -539,6 +539,24 @@ def test_an_idle_connection_is_closed_after_its_response(guarded):
     assert status == 200 and HEADER_TIMEOUT - 0.5 < time.monotonic() - started < HEADER_TIMEOUT + 2
 
 
+def test_the_rest_of_a_refused_body_is_read_before_the_connection_closes(guarded):
+    """A request answered before its body is read (a 401 here): the server reads and drops the rest
+    as long as it keeps coming (more than header_timeout here), so the client reads the answer
+    instead of a reset, and the connection serves the next request."""
+    with socket.create_connection(address(guarded.url)) as sock:
+        sock.sendall(f"POST /api/b/{SLUG}/submissions HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+                     f"boundary=b\r\nContent-Length: {40 * 65536}\r\n\r\n".encode())
+        for _ in range(40):  # 2.6 MB in 4 s
+            sock.sendall(b"x" * 65536)
+            time.sleep(0.1)
+        status, _ = read_reply(sock, 10)
+        sock.sendall(b"GET /api/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        data, deadline = b"", time.monotonic() + 10
+        while b"HTTP/1.1 200 OK" not in data and time.monotonic() < deadline:
+            data += sock.recv(65536)
+    assert status == 401 and b"HTTP/1.1 200 OK" in data
+
+
 def test_many_slow_connections_do_not_lock_others_out(guarded):
     """200 connections that send half a request head and wait (5 x max_connections): the server
     closes the oldest waiting ones, holds at most max_connections, answers a new client at once
