@@ -24,6 +24,9 @@
 #   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
 #                           50 uploads and 1,000 leaderboard reads from 32 threads at once (UPLOADS=50 READS=1000
 #                           RUNS=3): p50/p95/max latencies and the time until the queue drained (bench/serve_load.py)
+#   make bench-serve-hostile
+#                           the service under each attack of issue 29 on loopback (ATTACK_S=10 seconds each): the
+#                           server's peak RSS and a legitimate upload's latency meanwhile (bench/serve_hostile.py)
 #   make fuzz               a campaign of generated bad inputs against every reader (FUZZ_S=600 seconds; fuzz/)
 #   make check-openpsg OPENPSG=<path>
 #                           run OpenPSG's own evaluation code (from an OpenPSG git checkout or mirror, pinned commit)
@@ -44,7 +47,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert bench-serve fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP) browser
 
@@ -149,6 +152,11 @@ UPLOADS ?= 50
 READS ?= 1000
 bench-serve: $(STAMP)
 	$(PY) -m bench.serve_load --uploads $(UPLOADS) --reads $(READS) --runs $(RUNS)
+
+# The service under the attacks of issue 29 (bench/serve_hostile.py): peak RSS, a legitimate upload's latency.
+ATTACK_S ?= 10
+bench-serve-hostile: $(STAMP)
+	$(PY) -m bench.serve_hostile --seconds $(ATTACK_S)
 
 # OpenPSG's own evaluator as the oracle of the openpsg protocol (tools/openpsg_check/): its own venv, mmdet's
 # and OpenPSG's sources in tools/openpsg_check/build/; regenerates the fixtures of tests/test_openpsg_oracle.py.

@@ -30,7 +30,7 @@ import yaml
 from starlette.testclient import TestClient
 
 import sgeval
-from bench import serve_load
+from bench import serve_hostile, serve_load
 from bench.serve_load import SLUG, Server
 from sgeval_serve import checks, connections, jobs, uploads
 from sgeval_serve.app import create_app
@@ -821,3 +821,12 @@ def test_the_demo_benchmark_says_how_many_test_images_it_has(app):
     images = len(app.state.gt_info[SLUG].image_ids)
     description = yaml.safe_load(serve_load.DEMO_CONFIG.read_text())["benchmarks"][SLUG]["description"]
     assert images == 31 and description.startswith(f"{images} synthetic test images")
+
+
+def test_the_attack_benchmark_runs(tmp_path):
+    """bench/serve_hostile.py (make bench-serve-hostile) on one attack for 3 s: its row and table."""
+    output = tmp_path / "hostile.json"
+    assert serve_hostile.main(["--seconds", "3", "--attacks", "replays", "--output", str(output)]) == 0
+    row = json.loads(output.read_text())["rows"][0]
+    assert row["attack"] == "replays" and row["legit_status"] == [201, 201, 201] and row["tracebacks"] == 0
+    assert row["attack_outcomes"].get("409", 0) >= 3 and row["server_peak_rss_mb"] > 0
