@@ -7,14 +7,14 @@
 #   make demo               make the synthetic demo data (if missing), evaluate configs/demo.yaml (Model A) and
 #                           Model B, and write their report: demo/report.md (every table) and demo/plots/
 #   make figures            regenerate the README's table and figure (docs/) from the demo
-#   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): convert.vg150,
-#                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
+#   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): the converters
+#                           vg150, zeroshot and sgb (PredCls), then configs/vg150-demo.yaml
 #   make test               run the test suite (with the service's browser tests in headless chromium)
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
 #                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
 #                           recipe) exists, first convert the raw model output it names into the config's
-#                           pred (if that is missing or stale, convert/README.md).
+#                           pred (if that is missing or stale, sgeval_convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>; WORKERS=<n> for both steps
 #   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
@@ -126,7 +126,7 @@ eval: $(STAMP)
 	@if [ ! -f "configs/$(MODEL).yaml" ]; then \
 	  echo "make eval: configs/$(MODEL).yaml does not exist; available:" $$(ls configs | sed -n 's/\.yaml$$//p') >&2; \
 	  exit 2; fi
-	$(PY) -m convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS) \
+	$(PY) sgeval.py convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS) \
 	  $(if $(WORKERS),--workers $(WORKERS))
 	$(PY) sgeval.py --config "configs/$(MODEL).yaml" $(EVAL_PATHS) $(if $(GT_SEG),--gt-seg "$(GT_SEG)") \
 	  $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(WORKERS),--workers $(WORKERS))

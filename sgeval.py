@@ -49,7 +49,7 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
   count as ``extra_predictions``. The same image updated again with identical arrays counts once
   (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
   arrays it is an error naming the image (a model whose output depends on the batch, as with
-  padding to the batch's largest image, should skip the sampler's repeats: convert/README.md).
+  padding to the batch's largest image, should skip the sampler's repeats: sgeval_convert/README.md).
   Results never depend on the order of updates or merges.
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
   image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
@@ -105,8 +105,8 @@ Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in 
 with at least one relation; of the other entries (the training split) only ``segments_info``
 category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
 box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
-Visual Genome (VG150) and GQA-200 come in the same shape, box mode: the converters in the
-repository's convert/ folder write it from Scene-Graph-Benchmark's files.
+Visual Genome (VG150) and GQA-200 come in the same shape, box mode: ``sgeval convert``
+(sgeval_convert, installed with sgeval) writes it from Scene-Graph-Benchmark's files.
 
 Predictions (SGBench v1 format, read compatibly)
 ------------------------------------------------
@@ -3260,12 +3260,13 @@ def run_cli(work, label, quiet=False):
 
 
 def cli():
-    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py and ``sgeval serve ...`` the
-    package sgeval_serve (beside this file, or installed with it); anything else is an evaluation."""
-    command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"]) else None
+    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py, ``sgeval serve ...`` the package
+    sgeval_serve and ``sgeval convert ...`` the package sgeval_convert (beside this file, or installed
+    with it); anything else is an evaluation."""
+    command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"], ["convert"]) else None
     if command is None:
         return main()
-    module = {"report": "sgeval_report", "serve": "sgeval_serve"}[command]
+    module = {"report": "sgeval_report", "serve": "sgeval_serve", "convert": "sgeval_convert"}[command]
     try:
         entry = importlib.import_module(module).main
     except ModuleNotFoundError as error:

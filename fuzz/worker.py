@@ -41,7 +41,7 @@ ADDRESS_SPACE = 3 << 30
 def run_case(case, base, folder):
     """The outcome (kind, detail) of one case in a fresh copy of the base workspace."""
     import sgeval
-    from convert import common
+    from sgeval_convert import common
     work = Path(tempfile.mkdtemp(dir=folder))
     try:
         for name, data in {**base, **case["files"]}.items():
@@ -83,8 +83,8 @@ def _target(case, sgeval, common):
         common.LAZY_BYTES = 64  # (the base pickle's arrays are small) and read by load_source
         return [common.load_source(source, f"result {index}")
                 for index, source in enumerate(common.open_raw("raw.pkl").sources)]
-    if reader == "torchfile":  # as convert/sgb.py reads it: lazily, then every tensor; and eagerly
-        from convert import torchfile
+    if reader == "torchfile":  # as sgeval_convert/sgb.py reads it: lazily, then every tensor; and eagerly
+        from sgeval_convert import torchfile
         return (torchfile.read_lazy(torchfile.load("raw.pytorch", lazy=True), "raw.pytorch"),
                 torchfile.load("raw.pytorch"))
     if reader == "npz":
@@ -286,7 +286,7 @@ def _same_arrays(ours, reference):
 
 
 def _same(a, b):
-    if hasattr(a, "fields") and hasattr(b, "fields"):  # convert.common's RawResult and BoxList holders
+    if hasattr(a, "fields") and hasattr(b, "fields"):  # sgeval_convert.common's RawResult and BoxList holders
         return type(a) is type(b) and _same(a.fields, b.fields)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \

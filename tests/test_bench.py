@@ -189,7 +189,7 @@ def test_the_conversion_benchmark_streams_a_pairnet_pickle_and_converts_it(tmp_p
     import pickletools
 
     from bench import convert_bench
-    from convert import common
+    from sgeval_convert import common
     monkeypatch.setattr(convert_bench, "ROOT", tmp_path)  # results/convert.json goes there
     (tmp_path / "bench").mkdir()
     assert convert_bench.main(["--gb", "0.0002", "--shape", "24,32,10", "--data", str(tmp_path / "data"),

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import checked, only, sgeval
 
-from convert import gqa200, gtjson, vg150
+from sgeval_convert import gqa200, gtjson, vg150
 from tools import make_vg_data as mk
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from convert import common, torchfile
+from sgeval_convert import common, torchfile
 from tools import torchsave
 
 DATA = ROOT / "tests" / "data" / "torch"
@@ -183,7 +183,7 @@ def test_torch1_zip_layout_and_cuda_storages(tmp_path):
 
 
 def test_no_torch_is_imported():
-    code = ("import sys, glob; from convert import torchfile; "
+    code = ("import sys, glob; from sgeval_convert import torchfile; "
             "[torchfile.load(p) for p in glob.glob('tests/data/torch/*.pytorch')]; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert import sgb, vg150, zeroshot
+from sgeval_convert import sgb, vg150, zeroshot
 from tools import make_vg_data, torchsave
 
 VG150_PREDICATES = (

@@ -1,6 +1,6 @@
 """Convert OpenPSG outputs (IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer) to sgeval predictions.
 
-    python -m convert.openpsg --gt psg.json results.pkl out.zip [--layout auto] [--predicate-source rel_dists]
+    sgeval convert openpsg --gt psg.json results.pkl out.zip [--layout auto] [--predicate-source rel_dists]
 
 ``results.pkl`` is what OpenPSG's ``tools/test.py --out`` writes (or a directory of 0.npz ...
 N-1.npz). Every result is read in one of three layouts, detected per image (``--layout auto``) or
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import click
 
-from convert import common
+from . import common
 
 FAMILY = "openpsg"
 LAYOUTS = ("auto", "two-stage", "complete", "panoptic")
@@ -108,7 +108,8 @@ def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=co
                               workers=workers)
 
 
-main = common.make_cli(convert, __doc__.split("\n\n")[0], extra_options=[
+main = common.make_cli(convert, __doc__.split("\n\n")[0], "IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer "
+                       "(results.pkl)", extra_options=[
     click.option("--layout", type=click.Choice(LAYOUTS), default="auto", show_default=True,
                  help="How to read each result; auto detects it per image.")])
 

@@ -1,6 +1,6 @@
 """Convert Scene-Graph-Benchmark's VG150 files to sgeval's box-mode GT JSON.
 
-    python -m convert.vg150 --h5 VG-SGG-with-attri.h5 --dicts VG-SGG-dicts-with-attri.json \\
+    sgeval convert vg150 --h5 VG-SGG-with-attri.h5 --dicts VG-SGG-dicts-with-attri.json \\
         --image-data image_data.json --out vg150_test.json [--split test|val] [--no-train]
 
 The images, boxes and relations are those Scene-Graph-Benchmark (SGB) evaluates against, read the
@@ -58,8 +58,8 @@ import click
 import numpy as np
 
 import sgeval
-from convert import gtjson
-from convert.common import ConvertError
+from . import gtjson
+from .common import ConvertError
 
 CORRUPTED_IMAGE_IDS = (1592, 1722, 4616, 4617)  # vg.py:305, dropped from image_data.json
 BOX_SCALE = 1024  # vg.py:15: boxes_1024 is read
@@ -131,7 +131,7 @@ def _names(info, to_index, to_name, path, problems):
 
 
 def open_h5(path):
-    import h5py  # convert/ only: sgeval itself never needs h5py
+    import h5py  # the converters only: sgeval itself never needs h5py
 
     try:
         return h5py.File(path, "r")
@@ -344,7 +344,7 @@ def convert(h5, dicts, image_data, out, split="test", train=True, num_val=NUM_VA
         is_evaluated = np.zeros(sizes["images"], bool)
         is_evaluated[evaluated] = True
         order = np.sort(np.concatenate([evaluated, training if train else evaluated[:0]]))
-        info = {"converter": "convert.vg150", "split": split, "h5": os.path.abspath(h5),
+        info = {"converter": "sgeval_convert.vg150", "split": split, "h5": os.path.abspath(h5),
                 "dicts": os.path.abspath(dicts), "image_data": os.path.abspath(image_data),
                 "training_images": bool(train), "corrupted_image_ids_dropped": images.dropped}
         problems = gtjson.Problems()
@@ -353,7 +353,8 @@ def convert(h5, dicts, image_data, out, split="test", train=True, num_val=NUM_VA
         return gtjson.write_gt(out, *vocabulary, entries, info, problems, h5, progress, len(order))
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(short_help="VG150 GT JSON from Scene-Graph-Benchmark's h5 files",
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--h5", "h5", required=True, type=click.Path(exists=True, dir_okay=False),
               help="VG-SGG-with-attri.h5 (boxes, labels, relations, splits).")
 @click.option("--dicts", required=True, type=click.Path(exists=True, dir_okay=False),

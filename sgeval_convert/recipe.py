@@ -1,9 +1,10 @@
-"""Convert the raw model output that a config's ``pred`` is made from, when needed (what `make eval`
-runs first). From the repository root:
+"""Conversion recipes: convert the raw model output that a config's ``pred`` is made from, when
+needed (what `make eval` runs first)::
 
-    python -m convert --config configs/hilo.yaml [--recipe configs/convert/hilo.yaml]
-                      [--raw results/hilo.pkl] [--gt psg.json] [--pred out.zip] [--force] [--quiet]
+    sgeval convert --config configs/hilo.yaml [--recipe configs/convert/hilo.yaml]
+                   [--raw results/hilo.pkl] [--gt psg.json] [--pred out.zip] [--force] [--quiet]
 
+(``python -m sgeval_convert --config ...`` the same; in a checkout also ``python -m convert --config ...``.)
 The config is a plain sgeval config: ``pred`` is the converted file, ``gt`` the annotations (read
 with ``sgeval.load_config``, so ``--gt`` and ``--pred`` override them as they do for sgeval). How to
 make ``pred`` is the config's conversion recipe, a YAML file of its own: by default
@@ -31,13 +32,12 @@ import os
 import zipfile
 from pathlib import Path
 
-import click
 import yaml
 
 import sgeval
-from convert import common
+from . import common
 
-FAMILIES = {"openpsg": "convert.openpsg", "hilo": "convert.hilo", "pairnet": "convert.pairnet", "sgb": "convert.sgb"}
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb")  # the modules of this package a recipe can name
 NOT_OPTIONS = ("raw", "out", "gt", "progress", "workers")  # convert() parameters that do not change the output
 RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 
@@ -102,7 +102,7 @@ def plan(config_path, raw=None, gt=None, pred=None, recipe=None):
         raise common.ConvertError([f"{recipe}: 'family' must be one of {', '.join(FAMILIES)}, not {family!r}"])
     if not raw:
         raise common.ConvertError([f"{recipe}: 'raw' (the model's raw output) is required"])
-    convert = importlib.import_module(FAMILIES[family]).convert
+    convert = importlib.import_module(f".{family}", __package__).convert
     parameters = {name: parameter.default for name, parameter in inspect.signature(convert).parameters.items()
                   if name not in NOT_OPTIONS}
     unknown = sorted(set(values) - set(parameters))
@@ -151,29 +151,3 @@ def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=Non
         return f"{found.pred} is up to date (converted from {found.raw})", None
     summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, workers=workers, **found.options)
     return f"converting {found.raw} -> {found.pred} ({reason})", summary
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="sgeval YAML config; its pred is the converted file, its gt the annotations.")
-@click.option("--recipe", type=click.Path(exists=True, dir_okay=False),
-              help="Conversion recipe (family, raw, options) [default: convert/<config name>.yaml in the "
-                   "config's folder].")
-@click.option("--raw", help="Raw model output (overrides the recipe's raw).")
-@click.option("--gt", help="OpenPSG psg.json (overrides the config's gt).")
-@click.option("--pred", help="Converted output .zip (overrides the config's pred).")
-@click.option("--force", is_flag=True, help="Convert even when the output is up to date.")
-@click.option("--workers", type=click.IntRange(1, sgeval.MAX_WORKERS), default=1, show_default=True,
-              help="Processes converting images and encoding their masks (same output for any number).")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, recipe, raw, gt, pred, force, workers, quiet):
-    """Convert the raw model output of a config's conversion recipe, if the converted file is missing or stale."""
-    message, summary = sgeval.run_cli(
-        lambda progress: prepare(config_path, raw, gt, pred, force, progress, recipe, workers), "converting", quiet)
-    click.echo(message, err=True)
-    if summary is not None:
-        click.echo(common.describe(summary), err=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
 """Convert Scene-Graph-Benchmark / PySGG ``eval_results.pytorch`` to sgeval predictions (box mode).
 
-    python -m convert.sgb --gt vg150.json [--task auto|predcls|sgcls|sgdet] eval_results.pytorch out.zip
+    sgeval convert sgb --gt vg150.json [--task auto|predcls|sgcls|sgdet] eval_results.pytorch out.zip
 
 ``eval_results.pytorch`` is what Scene-Graph-Benchmark's ``vg_eval.save_output`` writes (PySGG
 and SHA-GCL write the same): ``torch.save({'groundtruths': [BoxList], 'predictions': [BoxList]})``,
-one BoxList per evaluated image, in dataset order. It is read without torch (convert/torchfile.py,
+one BoxList per evaluated image, in dataset order. It is read without torch (torchfile.py,
 either torch.save format), lazily: each image's tensors are read from the file by the process that
 converts it, so a file of any size converts with memory for a few images.
 
@@ -58,7 +58,7 @@ import collections
 import click
 import numpy as np
 
-from convert import common, torchfile
+from . import common, torchfile
 
 FAMILY = "sgb"
 TASKS = ("auto", "predcls", "sgcls", "sgdet")
@@ -343,7 +343,8 @@ def convert(raw, out, gt, task="auto", ng_top=common.NG_TOP, ng_per_predicate=co
     return {**summary, "guessed": int(task == "auto")}
 
 
-main = common.make_cli(convert, __doc__.split("\n\n")[0], predicate_source=False,
+main = common.make_cli(convert, __doc__.split("\n\n")[0], "Scene-Graph-Benchmark, PySGG (eval_results.pytorch)",
+                       predicate_source=False,
                        gt_help="Box-mode GT JSON (psg.json shape; the VG150 converter's output)", extra_options=[
                            click.option("--task", type=click.Choice(TASKS), default="auto", show_default=True,
                                         help="Scene-Graph-Benchmark's mode; auto guesses it from the fields.")])

@@ -1,11 +1,11 @@
 """Convert a ``zeroshot_triplet.pytorch`` to sgeval's ``zeroshot_triplets`` JSON.
 
-    python -m convert.zeroshot zeroshot_triplet.pytorch out.json [--gt vg150.json]
+    sgeval convert zeroshot zeroshot_triplet.pytorch out.json [--gt vg150.json]
 
 Reads Scene-Graph-Benchmark's file (``maskrcnn_benchmark/data/datasets/evaluation/vg/``, shipped
 by PySGG too: a legacy-format torch.save of an int64 tensor (5971, 3)) and SHA-GCL's variant
 (``zeroshot_triplet_new.pytorch``: a zip-format torch.save of an int32 numpy array), without torch
-(convert/torchfile.py). Rows are (subject class, object class, predicate), 1-based, as
+(torchfile.py). Rows are (subject class, object class, predicate), 1-based, as
 Scene-Graph-Benchmark's zero-shot recall reads them; the output is sgeval's
 ``[[subject category, object category, predicate], ...]``, 0-based, in the file's row order.
 ``--gt`` checks every row against the GT JSON's vocabulary (SHA-GCL's predicates are in its own
@@ -21,7 +21,7 @@ import click
 import numpy as np
 
 import sgeval
-from convert import common, torchfile
+from . import common, torchfile
 
 
 def read_rows(path):
@@ -66,7 +66,8 @@ def convert(raw, out, gt=None):
     return len(rows)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(short_help="zero-shot list from a zeroshot_triplet.pytorch",
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("raw", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--gt", type=click.Path(exists=True, dir_okay=False),

@@ -1,6 +1,6 @@
 """Convert Pair-Net outputs to sgeval predictions.
 
-    python -m convert.pairnet --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+    sgeval convert pairnet --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
 
 ``results.pkl`` is what Pair-Net's ``tools/test.py --out`` writes (its own copy of the ``Result``
 class, ``pairnet.models.relation_heads.approaches.relation_util.Result``), or a directory of
@@ -15,13 +15,13 @@ included: merging them would change what the `unique` protocol measures.
 
 from __future__ import annotations
 
-from convert import common
+from . import common
 
 FAMILY = "pairnet"
 RULES = common.Rules(raw_boxes=False, object_scores=True)  # a zero score column counts as no scores
 convert = common.family_converter(FAMILY, "Pair-Net", RULES)
 image_arrays = common.family_image_arrays("Pair-Net", RULES)
-main = common.make_cli(convert, __doc__.split("\n\n")[0])
+main = common.make_cli(convert, __doc__.split("\n\n")[0], "Pair-Net (results.pkl)")
 
 if __name__ == "__main__":
     main()

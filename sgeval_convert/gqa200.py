@@ -1,6 +1,6 @@
 """Convert the GQA-200 files of the Scene-Graph-Benchmark family to sgeval's box-mode GT JSON.
 
-    python -m convert.gqa200 --info GQA_200_ID_Info.json --train GQA_200_Train.json \\
+    sgeval convert gqa200 --info GQA_200_ID_Info.json --train GQA_200_Train.json \\
         --test GQA_200_Test.json --out gqa200_test.json [--split test|val] [--no-train]
 
 GQA-200 comes from SHA-GCL (dongxingning/SHA-GCL-for-SGG), whose loader later copies reuse. The
@@ -53,8 +53,8 @@ import click
 import numpy as np
 
 import sgeval
-from convert import gtjson
-from convert.common import ConvertError
+from . import gtjson
+from .common import ConvertError
 
 log = logging.getLogger("sgeval.convert")
 
@@ -205,13 +205,14 @@ def convert(info, train, test, out, split="test", write_train=True, skip_entry=S
                 if converted is not None:
                     yield converted, evaluated
 
-    provenance = {"converter": "convert.gqa200", "split": split, "info": os.path.abspath(info),
+    provenance = {"converter": "sgeval_convert.gqa200", "split": split, "info": os.path.abspath(info),
                   "train": os.path.abspath(train), "test": os.path.abspath(test), "training_images": bool(write_train),
                   "skipped_test_entry": skip_entry, "background_dropped": dropped}
     return gtjson.write_gt(out, objects, predicates, entries(), provenance, problems, f"{test} and {train}")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(short_help="GQA-200 GT JSON from its json files",
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--info", required=True, type=click.Path(exists=True, dir_okay=False),
               help="GQA_200_ID_Info.json (ind_to_classes, ind_to_predicates).")
 @click.option("--train", required=True, type=click.Path(exists=True, dir_okay=False), help="GQA_200_Train.json.")

@@ -1,6 +1,6 @@
 """Convert HiLo outputs to sgeval predictions.
 
-    python -m convert.hilo --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+    sgeval convert hilo --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
 
 ``results.pkl`` is what HiLo's ``tools/test.py --out`` writes (OpenPSG's ``Result`` class), or a
 directory of 0.npz ... N-1.npz. HiLo writes its complete or merged output, like PSGTR's complete
@@ -15,13 +15,13 @@ no pairs is an empty result.
 
 from __future__ import annotations
 
-from convert import common
+from . import common
 
 FAMILY = "hilo"
 RULES = common.Rules(raw_boxes=False, object_scores=True)
 convert = common.family_converter(FAMILY, "HiLo", RULES)
 image_arrays = common.family_image_arrays("HiLo", RULES)
-main = common.make_cli(convert, __doc__.split("\n\n")[0])
+main = common.make_cli(convert, __doc__.split("\n\n")[0], "HiLo (results.pkl)")
 
 if __name__ == "__main__":
     main()
