@@ -838,7 +838,7 @@ def test_layout_can_be_forced_and_is_checked(tmp_path, standins, gt_case):
 def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     rng = np.random.default_rng(8)
     raw = standins.pickle(tmp_path / "r.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
-    run = lambda *args: run_module("sgeval_convert.hilo", *args)  # noqa: E731
+    run = lambda *args: run_module("convert.hilo", *args)  # noqa: E731
     done = run("--gt", gt_case[0], "--quiet", str(raw), str(tmp_path / "out.zip"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"wrote {tmp_path / 'out.zip'}: {len(gt_case[2])} images (0 empty)")
@@ -876,6 +876,31 @@ def test_sgeval_convert_lists_every_family_and_runs_it(tmp_path, standins, gt_ca
     assert run_module("sgeval_convert", "hilo", "--gt", gt_case[0], "--quiet", str(raw), str(tmp_path / "m.zip")
                       ).returncode == 0
     assert (tmp_path / "m.zip").read_bytes() == (tmp_path / "o.zip").read_bytes()
+
+
+def test_convert_folder_only_runs_the_package(tmp_path):
+    """convert/<family>.py runs sgeval_convert.<family> (python -m convert.<family> in a checkout, or
+    the file where sgeval_convert is importable), says in one line how to run it where it is not,
+    and is never a second copy of the converter's module; python -m convert runs sgeval convert."""
+    entry = (ROOT / "convert" / "hilo.py").read_text()
+    for family in CONVERTERS:  # the same file, with its own name
+        assert (ROOT / "convert" / f"{family}.py").read_text() == entry.replace("hilo", family)
+        with pytest.raises(ImportError, match=f"^convert.{family} only runs the converter; import "
+                                              f"sgeval_convert.{family} instead$"):
+            importlib.import_module(f"convert.{family}")
+    usage = "Usage: python -m sgeval_convert.hilo [OPTIONS] RAW OUT"
+    assert run_module("convert.hilo", "--help").stdout.startswith(usage)
+    assert run_module("convert", "--help").stdout.startswith("Usage: python -m sgeval_convert [OPTIONS] FAMILY")
+    script = str(ROOT / "convert" / "hilo.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as where sgeval is installed
+    ran = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.startswith(usage), ran.stderr
+    env.pop("PYTHONPATH")  # -S: no site-packages, so no installed sgeval_convert either
+    alone = subprocess.run([sys.executable, "-S", script, "--help"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True)
+    assert (alone.returncode, alone.stdout) == (1, "")
+    assert alone.stderr == ("error: sgeval_convert is not importable here: run `python -m convert.hilo ...` from the "
+                            "repository root, or install sgeval and run `sgeval convert hilo ...`\n")
 
 
 def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins, gt_case):
@@ -977,9 +1002,9 @@ def test_every_recipe_belongs_to_a_config():
     assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
 
 
-@pytest.mark.parametrize("command", [("sgeval.py", "convert"), ("-m", "sgeval_convert")])
+@pytest.mark.parametrize("command", [("sgeval.py", "convert"), ("-m", "convert")])
 def test_the_conversion_step_converts_once(tmp_path, standins, gt_case, command):
-    """What `make eval` runs (sgeval.py convert --config), and python -m sgeval_convert --config."""
+    """What `make eval` runs (sgeval.py convert --config), and in a checkout python -m convert --config."""
     rng = np.random.default_rng(14)
     raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
     config = tmp_path / "hilo.yaml"
