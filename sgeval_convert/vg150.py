@@ -131,8 +131,13 @@ def _names(info, to_index, to_name, path, problems):
 
 
 def open_h5(path):
-    import h5py  # the converters only: sgeval itself never needs h5py
-
+    try:
+        import h5py  # the converters only: sgeval itself never needs h5py
+    except ModuleNotFoundError as error:
+        if error.name != "h5py":
+            raise
+        raise ConvertError([f"{path}: reading an HDF5 file needs h5py: pip install 'sgeval[vg150]' "
+                            f"(or h5py)"]) from None
     try:
         return h5py.File(path, "r")
     except (OSError, ValueError) as error:

@@ -6,6 +6,7 @@ float32 and clipping, corrupted ids, split selection with val, duplicate rows, G
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -215,6 +216,13 @@ def test_vg_not_an_h5_file(tmp_path):
     paths["h5"].write_bytes(b"not hdf5")
     problems, _ = vg_problems(tmp_path, BASE, files=paths)
     only(problems, paths["h5"], None, "cannot read HDF5")
+
+
+def test_vg_without_h5py_says_what_to_install(tmp_path, monkeypatch):
+    paths = vg_files(tmp_path, BASE)
+    monkeypatch.setitem(sys.modules, "h5py", None)  # import h5py: ModuleNotFoundError
+    problems, _ = vg_problems(tmp_path, BASE, files=paths)
+    only(problems, paths["h5"], None, "needs h5py", "pip install 'sgeval[vg150]'")
 
 
 def rewrite(path, change):
