@@ -1,5 +1,5 @@
-"""convert/sgb.py (Scene-Graph-Benchmark's eval_results.pytorch -> sgeval predictions, box mode) and
-convert/zeroshot.py: a generated box-mode GT JSON and eval_results files written by
+"""sgeval_convert/sgb.py (Scene-Graph-Benchmark's eval_results.pytorch -> sgeval predictions, box mode) and
+sgeval_convert/zeroshot.py: a generated box-mode GT JSON and eval_results files written by
 tools/torchsave.py in both torch.save formats; one small hand case per rule; the converted ZIP read
 by sgeval and evaluated under the sgb protocol."""
 

@@ -1,5 +1,5 @@
-"""The GT converters ``convert.vg150`` (Scene-Graph-Benchmark's VG150 h5 files) and
-``convert.gqa200`` (the GQA-200 json files): each loader rule on a hand case (box truncation,
+"""The GT converters ``sgeval_convert.vg150`` (Scene-Graph-Benchmark's VG150 h5 files) and
+``sgeval_convert.gqa200`` (the GQA-200 json files): each loader rule on a hand case (box truncation,
 float32 and clipping, corrupted ids, split selection with val, duplicate rows, GQA's skipped entry
 5,580), hostile inputs (one line per problem, nothing written), and generated files
 (``tools/make_vg_data.py``) converted, read back by ``sgeval.read_gt`` and evaluated."""

@@ -1,4 +1,4 @@
-"""convert/torchfile.py, the torch.save reader: the files real torch 2.13 wrote (tests/data/torch/,
+"""sgeval_convert/torchfile.py, the torch.save reader: the files real torch 2.13 wrote (tests/data/torch/,
 made by its make_fixtures.py; their values are stated here, as torch is not installed), files of
 tools/torchsave.py (both formats, protocols 2-5), and hostile files: each one clean ConvertError
 naming the file, within seconds, never a traceback or an allocation the file does not back."""
