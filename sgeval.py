@@ -137,8 +137,11 @@ integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); 
 finite numbers (GT and predictions, both modes); ``triplets`` and ``relations`` are lists of
 ``[3 integers]`` rows (``[[]]`` and ``null`` are malformed; ``ng_triplets: null`` means not
 given); ``version`` is the integer 1; a ZIP member name appears once; a GT image's segment ids are
-distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a cut-off is
-ASCII digits or x and a decimal number. Limits: ``workers`` <=
+distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a file that
+is read is a regular file (not a directory, device, FIFO or socket); a cut-off is ASCII digits,
+or x and a decimal number without an exponent (``20``, ``x10``, ``x.5``), and its label is kept as
+written (a later label of the same cut-off is left out). One pass keeps its first MAX_PROBLEMS
+(1,000) problem lines and counts the rest in a last line. Limits: ``workers`` <=
 MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
 MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
 record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
@@ -331,13 +334,54 @@ MAX_INSTANCES = 10_000  # instances of one prediction record
 MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
 
 
+MAX_PROBLEMS = 1000  # problem lines of one pass that are kept and shown; the rest are counted
+
+
 class SGEvalError(ValueError):
-    """Bad input. ``problems`` holds one line per problem (file, image id, field)."""
+    """Bad input. ``problems`` holds one line per problem (file, image id, field): the first
+    MAX_PROBLEMS, then one line counting the rest."""
 
     def __init__(self, problems):  # control characters (a newline in an image id) shown escaped, long lines cut
-        self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in problems]
+        kept = list(itertools.islice(problems, MAX_PROBLEMS))
+        more = max(len(problems) - len(kept), 0)
+        self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in kept]
         self.problems = [p if len(p) <= 1000 else f"{p[:1000]}... ({len(p)} characters)" for p in self.problems]
+        self.problems += [f"... and {more} more problems (the first {MAX_PROBLEMS} are listed)"] * bool(more)
         super().__init__("\n".join(self.problems))
+
+
+class ProblemList(list):
+    """The problem lines of one pass: the first MAX_PROBLEMS are kept, the others only counted;
+    len() counts them all (readers compare it before and after a check)."""
+
+    def __init__(self, lines=()):
+        super().__init__()
+        self.count = 0
+        self.extend(lines)
+
+    def append(self, line):
+        self.count += 1
+        if super().__len__() < MAX_PROBLEMS:
+            super().append(line)
+
+    def extend(self, lines):
+        for line in lines:
+            self.append(line)
+
+    def __iadd__(self, lines):
+        self.extend(lines)
+        return self
+
+    def __len__(self):
+        return self.count
+
+
+def _regular_file(path, what):
+    """SGEvalError unless path is a regular file (a directory, a device, a FIFO or a socket is
+    not read: reading one can block or never end)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "not a regular file (a device, FIFO or socket)"
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,7 +421,7 @@ class Config:
 _CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
 
 
-_K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # ASCII digits only
+_K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)")  # ASCII digits, a decimal point, no exponent
 
 
 def parse_k(label):
@@ -400,19 +444,21 @@ def _as_list(value):
 
 
 def _k_labels(key, value, relative_allowed, source, problems):
-    labels = []
+    """The cut-off labels as written (spaces around them dropped), one per cut-off: a later label
+    of the same cut-off ('020' after '20', 'x10.0' after 'x10') is left out."""
+    labels = {}
     for item in _as_list(value):
         try:
             k, relative = parse_k(item)
             if relative and not relative_allowed:
                 raise ValueError(item)
-            labels.append(f"x{k:g}" if relative else str(k))
+            labels.setdefault((k, relative), str(item).strip())
         except ValueError:
             problems.append(f"{source}: {key} value '{item}' is not a positive integer"
                             + " or x<factor>" * relative_allowed)
     if not _as_list(value):
         problems.append(f"{source}: '{key}' needs at least one value")
-    return tuple(dict.fromkeys(labels))
+    return tuple(labels.values())
 
 
 def _one_k_label(key, value, source, problems):
@@ -473,6 +519,7 @@ def load_config(path=None, *, need_pred=False, **overrides):
     values = {}
     if path is not None:
         try:
+            _regular_file(path, "YAML config")
             values = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:  # ValueError: not UTF-8
             raise SGEvalError([f"{path}: cannot read YAML config: {' '.join(str(error).split())}"]) from None
@@ -618,7 +665,7 @@ def read_gt(gt_path, seg_root=None):
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, train = [], [], {}, set(), []
+    problems, images, skipped, seen, train = ProblemList(), [], {}, set(), []
     for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
         if not _types(names) <= {str} or len(set(names)) < len(names):
             problems.append(f"{gt_path}: the {kind} names must be distinct strings")
@@ -677,6 +724,7 @@ def read_gt(gt_path, seg_root=None):
 def _load_annotations(path, keys, what="JSON"):
     """A psg.json-like file whose given top-level fields are lists, decoded one value at a time;
     each 'data' entry is compacted as soon as it is read."""
+    _regular_file(path, what)
     try:
         with open(path, "rb") as handle:
             stream = _JSONStream(handle)
@@ -737,7 +785,7 @@ def training_statistics(entries, n_objects, n_predicates, path, problems):
 def read_training(path, n_objects, n_predicates):
     """training_statistics() of another annotation file (its entries outside its test_image_ids)."""
     data = _load_annotations(path, ("data",), "training annotations (JSON)")
-    test_ids, problems = {str(i) for i in data.get("test_image_ids") or []}, []
+    test_ids, problems = {str(i) for i in data.get("test_image_ids") or []}, ProblemList()
     training = training_statistics([e for e in data["data"] if not isinstance(e, _Entry) or e.image_id not in test_ids],
                                    n_objects, n_predicates, path, problems)
     if problems:
@@ -749,6 +797,7 @@ def read_zeroshot(path, n_objects, n_predicates):
     """Zero-shot triplet types from JSON ([[s_cat, o_cat, p], ...]) or CSV (3 integer columns, an
     optional header line)."""
     try:
+        _regular_file(path, "zero-shot triplets")
         text = Path(path).read_text()
         if str(path).endswith(".json"):
             rows = [(f"row {i}", row) for i, row in enumerate(json.loads(text) or [None])]
@@ -759,7 +808,7 @@ def read_zeroshot(path, n_objects, n_predicates):
             rows = rows[1:] if rows and type(rows[0][1][0]) is str else rows  # a header line
     except (OSError, ValueError, TypeError, RecursionError) as error:
         raise SGEvalError([f"{path}: cannot read zero-shot triplets: {error}"]) from None
-    problems, types = [], set()
+    problems, types = ProblemList(), set()
     for where, row in rows:
         if not (isinstance(row, list) and len(row) == 3 and _types(row) <= {int}):
             problems.append(f"{path}: {where}: expected [subject category, object category, predicate] "
@@ -1345,7 +1394,10 @@ class PredSource:
     def open(self, name):
         """A binary stream of one file."""
         if self.kind != "zip":
-            return open(os.path.join(self.folder, name), "rb")
+            path = os.path.join(self.folder, name)
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise ValueError(f"'{name}' is not a regular file")
+            return open(path, "rb")
         self._zip = self._zip or zipfile.ZipFile(self.path)
         return self._zip.open(name)
 
@@ -1473,6 +1525,8 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     unreadable file or a wrong version raises SGEvalError."""
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
+    if not os.path.isdir(pred_path):
+        _regular_file(pred_path, "predictions")
     source = PredSource(pred_path)
     if str(pred_path).endswith(".zip") and source.kind != "zip":
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive"])
@@ -1628,7 +1682,7 @@ def _box_problem(boxes, mode):
 def read_predictions(pred_path, n_objects, n_predicates, mode):
     """Read a whole prediction; returns (PredSource, {image_id: PredImage}). (evaluate streams
     the records instead: see prediction_records.)"""
-    problems = []
+    problems = ProblemList()
     source, records = prediction_records(pred_path, n_objects, n_predicates, mode, problems)
     images = {pred.image_id: pred for pred in records}
     if problems:
@@ -2866,7 +2920,7 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
     as the records are read (in ``workers`` processes, which send back each image's
     pack_record); records of images outside the evaluated ones are counted as extra. Raises
     SGEvalError with every problem of the records and of the masks."""
-    gt, settings, problems = evaluator.gt, evaluator.settings, []
+    gt, settings, problems = evaluator.gt, evaluator.settings, ProblemList()
     source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
                                          problems)
 
@@ -2972,6 +3026,7 @@ def predicate_groups(spec, names, training_relations, source="config"):
     else:
         where = f"{spec}: predicate_groups file"
         try:
+            _regular_file(spec, "the predicate_groups file")
             groups = yaml.load(Path(spec).read_text(encoding="utf-8"), Loader=yaml.BaseLoader)  # 'on' stays a name
         except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
             raise SGEvalError([f"{where}: cannot read the file (or '{spec}' is not frequency or one of "
@@ -3131,9 +3186,12 @@ def _fmt(value, key=""):
 
 
 def _grid(row_labels, column_labels, cell, first_width=8, width=8):
-    lines = [" " * first_width + "".join(f"{label:>{width}}" for label in column_labels)]
-    return lines + [f"{row:<{first_width}}" + "".join(f"{cell(row, column):>{width}}" for column in column_labels)
-                    for row in row_labels]
+    """Rows of cells under their column labels, right-aligned; a column as wide as its label needs."""
+    widths = [max(width, len(str(label)) + 1) for label in column_labels]
+    first_width = max(first_width, *(len(str(row)) + 1 for row in row_labels)) if row_labels else first_width
+    lines = [" " * first_width + "".join(f"{label:>{w}}" for label, w in zip(column_labels, widths))]
+    return lines + [f"{row:<{first_width}}" + "".join(f"{cell(row, column):>{w}}" for column, w in
+                                                      zip(column_labels, widths)) for row in row_labels]
 
 
 def format_table(results):
@@ -3142,7 +3200,8 @@ def format_table(results):
     lines = [f"sgeval {results['sgeval_version']} | protocol {config['protocol']} | "
              f"{'mask' if config['gt_seg'] else 'box'} mode | {results['rules']['aggregation'].replace('_', '-')} "
              f"aggregation | images: "
-             + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
+             + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items()
+                         if (key, value) not in (("scope", "all"), ("duplicate_updates", 0)))]
     for families, ks in ((("R", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
                          (("IMR", "wIMR"), config["imr_k"])):
         rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
