@@ -77,8 +77,9 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
 How one image flows
 -------------------
 1. GT. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays (``Evaluator`` does it
-   once). ``load_gt_masks`` decodes an image's panoptic PNG (imagecodecs) and packs each segment
-   into a row of 64-bit words (``pack_segments``).
+   once). ``prepared_gt_masks`` takes an image's packed segments from the GTCache, or has
+   ``load_gt_masks`` decode its panoptic PNG (imagecodecs) and pack each segment into a row of
+   64-bit words (``pack_segments``).
 2. Update. ``Evaluator.update`` checks its arrays (``update_arrays``, ``update_masks``: masks
    packed with ``pack_masks``) into a ``PredImage``; the file path reads triplets.json record by
    record into the same ``PredImage`` (``prediction_records``) and ``update_from_file`` hands each
@@ -260,6 +261,16 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   denominators (``gt_relations``, ``gt_pairs``, ``gt_zeroshot``, ``gt_instances``; 0 where the
   protocol leaves the image out)} and ``audit`` (the audit counts, when on).
 
+Prepared ground truth
+---------------------
+In mask mode each GT image's segments, packed, and their ``mask_boxes`` are kept (``GTCache``):
+LZ4-compressed in a folder (``gt_cache``; default the user cache folder, ``default_gt_cache``;
+bounded by SGEVAL_GT_CACHE_MIB, the oldest entries go first) and, in an Evaluator, in memory
+(SGEVAL_GT_MEMORY_MIB). An entry's name is the SHA-256 of the layout's version, the image's
+``image_id``, size and segment ids and the PNG's bytes; its content carries its own SHA-256, so a
+truncated or tampered entry is ignored and prepared again. ``gt_cache: false`` decodes every PNG.
+The results are the same bits either way.
+
 Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
 masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 A packed mask holds the H x W pixels row by row, eight to a byte, the first pixel in the highest
@@ -412,7 +423,8 @@ class Config:
     per_predicate: bool = False  # print the per-predicate table
     confusion_k: str = "50"  # the cut-off of the predicate confusion counts
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
-    workers: int = 1  # processes decoding and matching images
+    workers: int = 1  # processes decoding and matching images (an Evaluator: threads)
+    gt_cache: object = None  # prepared GT images: a folder; None: the user cache folder; False: none
     output: str | None = None  # JSON results file
     per_image: str | None = None  # JSON Lines file of every image's hits
     model: str | None = None  # the model's name in reports (default: the results file's name)
@@ -508,10 +520,21 @@ def make_config(values, source="config", need_pred=False):
                     iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0, 1, source, problems, True),
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
-                    per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers)
+                    per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
+                    gt_cache=_gt_cache_value(merged["gt_cache"], source, problems))
     if problems:
         raise SGEvalError(problems)
     return config
+
+
+def _gt_cache_value(value, source, problems):
+    """gt_cache: a folder (a non-empty string), None / true (the user cache folder) or false (none)."""
+    if value is None or value is True:
+        return None
+    if value is False or isinstance(value, str) and value.strip():
+        return value
+    problems.append(f"{source}: gt_cache must be a folder, true (the user cache folder) or false (no cache)")
+    return None
 
 
 def load_config(path=None, *, need_pred=False, **overrides):
@@ -860,6 +883,9 @@ class Evaluator:
         mark_zeroshot(self.gt.images, self.training.types, given)
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
         self.settings = settings_of(self.config, n_predicates)
+        folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
+        self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
+            and self.config.gt_cache is not False else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
         self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
@@ -906,7 +932,7 @@ class Evaluator:
     def _evaluate(self, slot, pred):
         """pack_record of one checked update (in one of the Evaluator's threads)."""
         try:
-            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
+            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings, self.gt_cache))
             if result.problems:  # the GT's PNG
                 raise SGEvalError(result.problems)
             return pack_record(result, self.gt.images[slot], self.settings)
@@ -1726,12 +1752,21 @@ def pack_masks(masks_PHW):
     return words
 
 
-def load_gt_masks(image):
-    """Packed masks (G, W) of the segments of one GT image, from its panoptic PNG."""
-    where = f"{image.seg_path}: image {image.image_id}"
+def _png_bytes(image):
+    """The bytes of a GT image's panoptic PNG."""
     try:
         with open(image.seg_path, "rb") as handle:
-            data = handle.read()
+            return handle.read()
+    except OSError as error:
+        raise SGEvalError([f"{image.seg_path}: image {image.image_id}: cannot read panoptic PNG: {error}"]) from None
+
+
+def load_gt_masks(image, data=None):
+    """Packed masks (G, W) of the segments of one GT image, from its panoptic PNG (data: its bytes,
+    when read already). The result is a buffer reused by the next call in this thread."""
+    where = f"{image.seg_path}: image {image.image_id}"
+    data = _png_bytes(image) if data is None else data
+    try:
         with Image.open(io.BytesIO(data)) as header:  # format, mode and size, before decoding
             kind, mode, size = header.format, header.mode, header.size
         if kind != "PNG" or mode not in ("RGB", "RGBA"):
@@ -1755,6 +1790,140 @@ def load_gt_masks(image):
         raise SGEvalError([f"{where}: field 'segments_info' lists segment id {', '.join(map(str, image.segment_ids[found == 0]))}"
                            f", which the panoptic PNG does not hold (an empty GT mask)"])
     return bits
+
+
+def prepared_gt_masks(image, cache=None):
+    """(packed masks (G, W), their mask_boxes (G, 5)) of a GT image: from the cache when it holds
+    this image's entry and PNG, else decoded (load_gt_masks) and stored in it. Buffers reused by
+    the next call in this thread."""
+    if cache is None:
+        bits = load_gt_masks(image)
+        return bits, mask_boxes(bits, image.width)
+    data = _png_bytes(image)
+    key = cache.key(image, data)
+    found = cache.load(key, len(image.segment_ids), _words(image.height * image.width))
+    if found is not None:
+        return found
+    bits = load_gt_masks(image, data)
+    boxes = mask_boxes(bits, image.width)
+    cache.store(key, bits, boxes)
+    return bits, boxes
+
+
+GT_CACHE_FORMAT = b"sgeval prepared GT 1"  # in every key: a new layout never reads an old entry
+GT_CACHE_DISK_BYTES = int(os.environ.get("SGEVAL_GT_CACHE_MIB", 2048)) << 20  # on disk, per folder
+GT_CACHE_MEMORY_BYTES = int(os.environ.get("SGEVAL_GT_MEMORY_MIB", 256)) << 20  # in an Evaluator's memory
+
+
+class GTCache:
+    """Prepared GT images: each image's packed segments (LZ4) and their mask_boxes, kept in memory
+    (up to memory_bytes) and in a folder (up to disk_bytes; the oldest entries go first), keyed by
+    the SHA-256 of GT_CACHE_FORMAT, the entry's id, size and segment ids, and the PNG's bytes. An
+    entry is ``<key>.gt``: the SHA-256 of the rest, the length of the LZ4 bits (8 bytes, little
+    endian), the LZ4 bits, the boxes (int64). One that does not check out (truncated, tampered,
+    another layout) is ignored and written again. A performance feature only: the arrays are
+    those load_gt_masks and mask_boxes give."""
+
+    def __init__(self, folder=None, memory_bytes=0, disk_bytes=GT_CACHE_DISK_BYTES):
+        self.folder, self.memory_bytes, self.disk_bytes = folder, memory_bytes, disk_bytes
+        self.memory, self.memory_used, self.disk_used = {}, 0, None
+
+    def __reduce__(self):  # to a worker process: the folder, not the memory
+        return GTCache, (self.folder, 0, self.disk_bytes)
+
+    @staticmethod
+    def key(image, data):
+        digest = hashlib.sha256(GT_CACHE_FORMAT)
+        digest.update(json.dumps([image.image_id, image.height, image.width, image.segment_ids.tolist()]).encode())
+        digest.update(data)
+        return digest.hexdigest()
+
+    def load(self, key, n_segments, n_words):
+        """(bits, boxes) of an entry, or None."""
+        entry = self.memory.get(key)
+        if entry is None and self.folder is not None:
+            entry = self._read(key, 48 + n_segments * n_words * 9 + n_segments * 40)  # > LZ4's worst case
+        arrays = None if entry is None else _prepared_arrays(entry, n_segments, n_words)
+        if arrays is not None and key not in self.memory:
+            self._remember(key, entry)
+        return arrays
+
+    def store(self, key, bits, boxes):
+        lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits))
+        payload = len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes, "<i8").tobytes()
+        entry = hashlib.sha256(payload).digest() + payload
+        self._remember(key, entry)
+        if self.folder is not None:
+            self._write(key, entry)
+
+    def _remember(self, key, entry):
+        if self.memory_used + len(entry) <= self.memory_bytes:
+            self.memory[key] = entry
+            self.memory_used += len(entry)
+
+    def _read(self, key, limit):
+        try:
+            with open(os.path.join(self.folder, key + ".gt"), "rb") as handle:
+                return handle.read(limit)
+        except OSError:
+            return None
+
+    def _write(self, key, entry):
+        """Write an entry (a temporary file renamed: readers never see half of one), then keep
+        the folder under disk_bytes. A folder that cannot be written is not used again."""
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            if self.disk_used is None:
+                self.disk_used = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(".gt"))
+            with tempfile.NamedTemporaryFile(dir=self.folder, suffix=".tmp", delete=False) as handle:
+                handle.write(entry)
+            os.replace(handle.name, os.path.join(self.folder, key + ".gt"))
+            self.disk_used += len(entry)
+            if self.disk_used > self.disk_bytes:
+                self._evict()
+        except OSError as error:
+            log.warning("gt_cache %s: not used (%s)", self.folder, error)
+            self.folder = None
+
+    def _evict(self):
+        """Remove the oldest entries until the folder holds at most 80 % of disk_bytes."""
+        entries = sorted((e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self.folder)
+                         if e.name.endswith(".gt"))
+        self.disk_used = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if self.disk_used <= 0.8 * self.disk_bytes:
+                break
+            os.remove(path)
+            self.disk_used -= size
+
+
+def _prepared_arrays(entry, n_segments, n_words):
+    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry, or None when it does not
+    check out."""
+    try:
+        if len(entry) < 40 or hashlib.sha256(entry[32:]).digest() != entry[:32]:
+            return None
+        length = int.from_bytes(entry[32:40], "little")
+        if 40 + length + n_segments * 40 != len(entry):
+            return None
+        bits = _buffer("gt_bits", n_segments * n_words, np.uint64).reshape(-1, n_words)
+        if len(imagecodecs.lz4_decode(entry[40:40 + length], out=bits.view(np.uint8).reshape(-1))) != bits.nbytes:
+            return None
+        return bits, np.frombuffer(entry[40 + length:], "<i8").reshape(n_segments, 5).astype(np.int64)
+    except (ValueError, imagecodecs.Lz4Error):
+        return None
+
+
+def default_gt_cache():
+    """The platform's user cache folder for prepared GT (SGEVAL_GT_CACHE overrides it)."""
+    if os.environ.get("SGEVAL_GT_CACHE"):
+        return os.environ["SGEVAL_GT_CACHE"]
+    if sys.platform == "win32":
+        root = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~/AppData/Local")
+        return os.path.join(root, "sgeval", "Cache", "gt")
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Caches/sgeval/gt")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sgeval", "gt")
 
 
 def load_pred_masks(source, record, height, width, needed=None):
@@ -2339,6 +2508,7 @@ class ImageTask(typing.NamedTuple):
     pred: PredImage | None  # None: the image has no prediction record
     source: PredSource  # where the prediction's mask files are
     settings: Settings
+    gt_cache: object = None  # GTCache of prepared GT images (mask mode), or None
 
 
 class ImageResult(typing.NamedTuple):
@@ -2372,15 +2542,14 @@ class Merge(typing.NamedTuple):
     triplets: np.ndarray  # (T, 3) triplets remapped to nodes
 
 
-def compare_masks(gt, pred, source, needed, threshold):
+def compare_masks(gt, pred, source, needed, threshold, gt_cache=None):
     """Decode an image's masks and compare its predictions with its GT (mask_iou). needed: (P,)
     bool or None (all); the GT PNG is not read when no prediction is needed."""
     bits = pred.bits if pred.bits is not None else load_pred_masks(source, pred, gt.height, gt.width, needed)
     boxes = mask_boxes(bits, gt.width)
     if needed is not None and not needed.any():
         return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
-    gt_bits = load_gt_masks(gt)
-    gt_boxes = mask_boxes(gt_bits, gt.width)
+    gt_bits, gt_boxes = prepared_gt_masks(gt, gt_cache)
     return Masks(gt_bits, gt_boxes, bits, boxes,
                  mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold))
 
@@ -2428,10 +2597,9 @@ def task_instances(gt, pred, task):
             on_gt_pairs)
 
 
-def gt_masks_as_predictions(gt, threshold):
+def gt_masks_as_predictions(gt, threshold, gt_cache=None):
     """predcls in mask mode: the GT's masks stand for the predicted ones."""
-    bits = load_gt_masks(gt)
-    boxes = mask_boxes(bits, gt.width)
+    bits, boxes = prepared_gt_masks(gt, gt_cache)
     return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
                                                     threshold))
 
@@ -2489,11 +2657,11 @@ def evaluate_image(task):
         if settings.mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
         elif as_gt:
-            masks = gt_masks_as_predictions(gt, settings.iou_threshold)
+            masks = gt_masks_as_predictions(gt, settings.iou_threshold, task.gt_cache)
             iou = masks.iou
         else:  # without merging, only the masks of the GT's categories matter
             needed = None if merging else np.isin(pred.categories, gt.categories)
-            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold)
+            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold, task.gt_cache)
             iou = masks.iou
     except SGEvalError as error:
         return ImageResult(None, None, error.problems, check)
@@ -2921,6 +3089,7 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
     pack_record); records of images outside the evaluated ones are counted as extra. Raises
     SGEvalError with every problem of the records and of the masks."""
     gt, settings, problems = evaluator.gt, evaluator.settings, ProblemList()
+    gt_cache = evaluator.gt_cache and GTCache(evaluator.gt_cache.folder)  # one pass: the folder, no memory
     source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
                                          problems)
 
@@ -2932,7 +3101,7 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
             elif slot is None:
                 evaluator.other_records += 1
             elif not problems:  # after a problem: only check the rest
-                yield slot, ImageTask(gt.images[slot], pred, source, settings)
+                yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
 
     image_problems, done = {}, 0
     if workers > 1:
@@ -3278,13 +3447,17 @@ def format_table(results):
 @click.option("--audit/--no-audit", default=None,
               help="Protocol audit (default on; off skips masks of absent categories).")
 @click.option("--workers", type=int, help="Worker processes (default 1).")
+@click.option("--gt-cache", help="Folder of prepared GT images (default: the user cache folder, sgeval/gt).")
+@click.option("--no-gt-cache", is_flag=True, help="Decode every GT PNG; keep nothing.")
 @click.option("--output", help="Write the JSON results here.")
 @click.option("--per-image", help="Write every image's hits here (JSON Lines).")
 @click.option("--confusion-k", help="Cut-off of the predicate confusion counts (default 50).")
 @click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, quiet, compare_protocols, **options):
+def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
+    if no_gt_cache:
+        options["gt_cache"] = False
     if compare_protocols and options["protocols"] is None:
         options["protocols"] = ",".join(PROTOCOLS)
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
