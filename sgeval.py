@@ -306,7 +306,6 @@ from pathlib import Path, PurePosixPath
 
 import click
 import imagecodecs
-import numba
 import numpy as np
 import tifffile
 import yaml
@@ -317,6 +316,35 @@ log = logging.getLogger("sgeval")
 # Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
 # release the GIL: an Evaluator's threads run them while the model's thread runs Python.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
+_KERNELS, _KERNELS_LOCK = [], threading.Lock()  # the functions @_kernel marks, compiled at the first call of one
+
+
+class _Kernel:
+    """A numba kernel before numba is imported: importing sgeval (``sgeval --help``) neither
+    imports numba nor compiles anything. The first call of any kernel puts numba's njit
+    dispatchers of all of them in the module (kernels call each other through it) and runs."""
+
+    def __init__(self, function):
+        self.py_func, self.__name__, self.__doc__ = function, function.__name__, function.__doc__
+
+    def __call__(self, *args):
+        return _numba_kernels()[self.__name__](*args)
+
+
+def _kernel(function):
+    _KERNELS.append(function.__name__)
+    return _Kernel(function)
+
+
+def _numba_kernels():
+    """The module's globals, every kernel in them made a numba dispatcher (once)."""
+    module = globals()
+    with _KERNELS_LOCK:  # an Evaluator's threads may call their first kernels at once
+        if isinstance(module[_KERNELS[-1]], _Kernel):
+            import numba  # noqa: PLC0415 - on first use: it takes longer to import than the rest of sgeval
+            for name in _KERNELS:
+                module[name] = numba.njit(cache=_JIT_CACHE, nogil=True)(module[name].py_func)
+    return module
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
 DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
@@ -2121,10 +2149,11 @@ def write_predictions(path, images, extra_members=None, kind=None):
 # ---------------------------------------------------------------------------------------------
 # numba kernels: flat arrays in and out, -1 = unmatched / different category
 # ---------------------------------------------------------------------------------------------
+# (@_kernel: numba's njit, applied at the first call of any kernel; numba is imported then.)
 # (Kernels fill np.empty arrays: numba takes longer to compile np.full and np.zeros.)
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def popcount64(x):
     """Number of set bits of a uint64 (SWAR)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -2133,7 +2162,7 @@ def popcount64(x):
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _set_bits(bits_B, start, stop):
     """Set bits [start, stop) (stop > start) of a packed byte row, np.packbits bit order."""
     first, last = start >> 3, (stop - 1) >> 3
@@ -2147,7 +2176,7 @@ def _set_bits(bits_B, start, stop):
         bits_B[last] |= tail
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _pixel_id(image_HWC, y, x):
     """The segment id of a pixel: its first three channels as little-endian bytes (RGB(A): R +
     256 G + 65536 B, alpha ignored; one channel: its value)."""
@@ -2157,7 +2186,7 @@ def _pixel_id(image_HWC, y, x):
     return value
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def pack_segments(image_HWC, segment_ids_G, bits_GB):
     """Set the pixels of the segments of a panoptic image (8-bit RGB(A): id = R + 256 G + 65536
     B; or one channel of integer ids) in their rows of bits_GB (zeroed, np.packbits order), one
@@ -2183,7 +2212,7 @@ def pack_segments(image_HWC, segment_ids_G, bits_GB):
 _EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def mask_boxes(bits_NW, width):
     """(N, 5) int64 per packed mask of the given width: pixel count, then a bounding box y0, y1,
     x0, x1 (inclusive; the columns to whole bytes of 8 pixels; empty mask: y0 > y1). The boxes
@@ -2213,7 +2242,7 @@ def mask_boxes(bits_NW, width):
     return boxes
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     """Pixels two packed masks share (counted over the words of the rows where their boxes
     overlap), or -1 when their IoU cannot reach threshold: the IoU is at most m / (a + b - m),
@@ -2232,7 +2261,7 @@ def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     return inter
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width, threshold):
     """IoU (P, G) of packed masks of the given width with their mask_boxes; -1.0 where
     categories differ, 0.0 for an empty union and for the pairs whose IoU cannot reach threshold
@@ -2249,7 +2278,7 @@ def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     """Whether masks i and j (packed, with their mask_boxes) have IoU >= MERGE_IOU, categories
     ignored, decided once: twins_PP holds 1 (yes), 0 (no) or -1 (not yet decided)."""
@@ -2259,7 +2288,7 @@ def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     return twins_PP[i, j] == 1
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     """The number of instances that are the twin (_twins) of an earlier instance of their
     category."""
@@ -2272,7 +2301,7 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     return count
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
@@ -2319,7 +2348,7 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
     return node_of, source[:n_nodes]
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) of xyxy boxes (continuous, no +1); -1.0 where categories differ."""
     iou = np.empty((pred_box_P4.shape[0], gt_box_G4.shape[0]))
@@ -2338,7 +2367,7 @@ def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def best_candidates(iou_PG, threshold):
     """Per prediction, the GT of highest IoU (first on ties) if IoU >= threshold, else -1."""
     candidate = np.empty(iou_PG.shape[0], np.int64)
@@ -2353,7 +2382,7 @@ def best_candidates(iou_PG, threshold):
     return candidate
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def match_unique(iou_PG, threshold):
     """Algorithm 2: pred -> GT (P,), each GT kept by its best candidate (earlier wins ties)."""
     candidate = best_candidates(iou_PG, threshold)
@@ -2371,7 +2400,7 @@ def match_unique(iou_PG, threshold):
     return pred_to_gt
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def first_positions(sequence_keys_N, query_keys_Q):
     """For each query key, the first index of it in the sequence, or -1 (keys < 0 never match)."""
     first = np.empty(query_keys_Q.shape[0], np.int64)
@@ -2413,7 +2442,7 @@ def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
     """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
     hits a GT triplet when the predicates are equal and ok_PG holds for subject and object. Per
