@@ -3450,7 +3450,10 @@ def format_table(results):
 # ---------------------------------------------------------------------------------------------
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=(
+    "Other commands: 'sgeval convert FAMILY ...' turns a model's raw output into a prediction file "
+    "('sgeval convert --help' lists the families); 'sgeval report RESULTS.json ...' writes paper tables; "
+    "'sgeval serve --config FILE' runs the benchmark service."))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")
 @click.option("--gt", help="OpenPSG psg.json.")
 @click.option("--gt-seg", help="Panoptic PNG root (mask mode); omit for box mode.")
