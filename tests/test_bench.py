@@ -287,3 +287,8 @@ def test_the_loop_benchmark_profiles_update_and_leaves_sgeval_as_it_was(workload
     assert "CPU ms per update (default config, 3 evaluated images)" in text and "pack_masks" in text
     assert "cProfile of 4 updates" in text and "sgeval.py" in text
     assert {stage: getattr(sgeval, stage) for stage in loop.PROFILED_STAGES} == before
+
+
+def test_make_bench_runs_the_loop_benchmark_on_the_overlap_workload(tmp_path):
+    assert run.loop_workload(["default", "overlap"]) == "overlap" and run.loop_workload(["default"]) == "default"
+    assert run.loop_command(tmp_path, 3)[1:] == ["-m", "bench.loop", "--data", str(tmp_path), "--runs", "3"]
