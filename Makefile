@@ -18,7 +18,8 @@
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>; WORKERS=<n> for both steps
 #   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
-#                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
+#                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both),
+#                           then Evaluator.update in a test loop and its state's size (bench/loop.py; LOOP=0: not)
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
@@ -136,8 +137,10 @@ eval: $(STAMP)
 RUNS ?= 3
 QUICK ?=
 WORKLOAD ?= both
+LOOP ?= 1
 bench: $(STAMP)
-	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick)
+	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick) \
+	  $(if $(filter 0,$(LOOP)),--no-loop)
 
 # Converting a generated Pair-Net-like results pickle of GB gigabytes (1 and 30 by default) with 1 and 2 workers.
 GB ?= 1,30

@@ -21,6 +21,9 @@
    ``bench/README.md`` for what the memory columns mean).
 5. Prints a table per workload with the ratios and the targets, and writes everything to
    ``bench/results/<n>.json`` (default workload) and ``bench/results/overlap-<n>.json``.
+6. Unless ``--no-loop``: ``python -m bench.loop`` on the overlap workload (the default one when
+   only that is asked for) with the same number of runs: ``sgeval.Evaluator.update`` in a test
+   loop against the file path, and the size of its state (``bench/loop.py``).
 
 sgeval.py is used only through its command line, and this script imports nothing but the standard
 library: the children it measures are spawned from a small process, whose size cannot leak into
@@ -591,6 +594,16 @@ def main_rss_lines(workload):
     return lines
 
 
+def loop_workload(workloads):
+    """The workload bench/loop.py measures: the overlap one (PSG scale: 100 masks, ~350 triplets
+    per image) when it is measured, else the first."""
+    return "overlap" if "overlap" in workloads else workloads[0]
+
+
+def loop_command(data, runs):
+    return [sys.executable, "-m", "bench.loop", "--data", str(data), "--runs", str(runs)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
@@ -601,6 +614,8 @@ def main():
     parser.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both",
                         help="default, overlap (the overlap-heavy predictions) or both (default)")
     parser.add_argument("--generation-workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
+                        help="then run bench/loop.py (Evaluator.update in a test loop) on the overlap workload")
     args = parser.parse_args()
     n_images = QUICK_IMAGES if args.quick else args.images
     worker_counts = [int(w) for w in args.workers.split(",")]
@@ -628,6 +643,10 @@ def main():
         summary.append(f"(the targets are for {FULL_IMAGES} images; this run has {n_images})")
     print("\n".join(summary))
     print("\nresults written to " + ", ".join(str(path.relative_to(ROOT)) for path in written))
+    if args.loop:
+        workload = loop_workload(workloads)
+        print(f"\nin the test loop (bench/loop.py), {workload} workload:\n", flush=True)
+        subprocess.run(loop_command(prepared[workload][0], max(1, args.runs)), cwd=ROOT, env=env, check=True)
     return 0
 
 

@@ -1,7 +1,9 @@
 """The benchmark (bench/) at tiny scale: both workloads' prediction layouts hold the same
 predictions, so sgeval's results on them are identical; the files are what the benchmark says they
 are; generation is deterministic; the overlap workload's masks overlap more; the library floor
-inflates exactly the pixels tifffile reads; the run order pairs each sgeval row with its floor."""
+inflates exactly the pixels tifffile reads; the run order pairs each sgeval row with its floor; the
+test-loop benchmark (bench/loop.py) feeds Evaluator.update what the file holds and gets the file
+path's results, and its VG150-like GT is a box-mode GT sgeval reads."""
 
 import io
 import json
@@ -203,3 +205,90 @@ def test_the_conversion_benchmark_streams_a_pairnet_pickle_and_converts_it(tmp_p
         np.array_equal(result.get(name), value) for result, want in zip(results, expected) for name, value in want.items())
     report = json.loads((tmp_path / "bench" / "results" / "convert.json").read_text())
     assert [row["workers"] for row in report["runs"]] == [1, 2] and all(row["identical"] for row in report["runs"])
+
+
+def test_the_loop_benchmark_feeds_update_what_the_file_holds(workload):
+    """bench/loop.py's updates child at tiny scale: every record updated once (the image without
+    relations too, untimed), the updates give the file path's results, the state and the
+    simulated model loop are measured."""
+    from bench import loop
+    found = loop.time_updates(workload, "psg", model_images=2, model_step_s=0, memory_images=2)
+    assert (found["images"], found["records"]) == (3, 4) and found["update_ms"]["median"] > 0
+    state = found["state"]
+    assert (state["images"], state["extra"]) == (3, 1) and state["pickle_bytes"] > state["pickle_bytes_empty"] > 0
+    assert state["memory_per_image"] > 0 and found["traced"]["images"] == 2
+    assert found["model"]["images"] == 2 and found["model"]["wall_with_s"] > 0
+    config = loop.load_config("psg", workload, pred=str(workload / "compact.zip"))
+    assert config.protocols and config.workers == 1 and config.output is None
+    expected = sgeval.evaluate(config)
+    assert json.loads(json.dumps(found["results"])) == json.loads(json.dumps({key: expected.get(key)
+                                                                              for key in loop.COMPARED}))
+
+
+def test_the_loop_benchmark_summarises_and_reports(workload, tmp_path):
+    """summarise and report on one run of made-up command timings around a real updates child."""
+    from bench import loop
+    child = loop.time_updates(workload, "default", model_images=1, model_step_s=0)
+    def timed(wall, **more):
+        return {"wall_s": wall, "cpu_s": wall / 2, "other_cpu_s": 0.0, "max_rss_mib": 1.0, **more}
+
+    samples = {("updates", "default"): [timed(1.0, child=child)],
+               ("file", "default"): [timed(0.03, results=child["results"])], ("file-empty", "default"): [timed(0.01)],
+               ("floor", None): [timed(0.012)], ("floor-empty", None): [timed(0.009)]}
+    summary = loop.summarise(samples, ["default"], 3)
+    found = summary["configs"]["default"]
+    assert found["wall"]["file_ms_per_image"] == pytest.approx(10)
+    assert found["wall"]["file_minus_floor_ms"] == pytest.approx(6)
+    assert found["cpu"]["file_minus_floor_ms"] == pytest.approx(3)
+    assert found["wall"]["file_minus_floor_marginal_ms"] == pytest.approx(20 / 3 - 1) and found["same_results_as_file"]
+    assert found["wall"]["update_over_file_minus_floor"] == pytest.approx(child["update_ms"]["mean"] / 6)
+    results = {"machine": run.machine(), "source": run.source_state(), "runs": 1, "load_average": [0.0, 0.0],
+               "workload": {"dir": "tiny", "params": json.loads((workload / "stamp.json").read_text())["params"]},
+               **summary, "vg": loop.vg_state(12, predictions={"few": (3, 4), "more": (8, 40)}, n_train=10)}
+    text = loop.report(results)
+    assert "update results identical to the file path's: default yes" in text
+    assert text.count("(target <= 100 MiB)  ok") == 2 and "(target <= 2048 B)  ok" in text
+
+
+def test_the_loop_benchmark_vg_like_gt_is_a_box_mode_vg150(tmp_path):
+    from bench import loop
+    loop.vg_like_gt(tmp_path / "vg.json", 20, n_train=5)
+    gt = sgeval.read_gt(tmp_path / "vg.json")
+    assert (len(gt.object_classes), len(gt.predicate_classes), len(gt.images)) == (150, 50, 20)
+    assert all(image.seg_path is None and len(image.relations) for image in gt.images)
+    found = loop.vg_state(20, predictions={"few": (3, 4), "more": (8, 40)}, n_train=5)
+    for state in found["predictions"].values():
+        assert state["images"] == 20 and state["pickle_vg_mib"] == pytest.approx(
+            (state["pickle_bytes_empty"] + 26_446 * state["pickle_per_image"]) / 2**20)
+
+
+def test_the_loop_benchmark_runs_every_step_once_per_run(tmp_path):
+    from bench import loop
+    for number in (1, 2):
+        order = loop.run_order(number, ["psg", "default"])
+        assert sorted(order, key=str) == sorted([(kind, name) for name in ("psg", "default")
+                                                 for kind in ("updates", "file", "file-empty")]
+                                                + [("floor", None), ("floor-empty", None)], key=str)
+        for name in ("psg", "default"):
+            assert abs(order.index(("updates", name)) - order.index(("file", name))) == 1
+    assert loop.run_order(1, ["psg"])[0] == ("updates", "psg") and loop.run_order(2, ["psg"])[0] == ("file", "psg")
+    command = loop.child_command("updates", tmp_path, "psg", model_images=5, memory_images=0, swap=False)
+    assert command[1:3] == ["-m", "bench.loop"] and command[-4:] == ["--model-images", 5, "--memory-images", 0]
+    assert "--swap" in loop.child_command("updates", tmp_path, "psg", swap=True)
+    assert "--config" in loop.file_command(tmp_path, "psg", tmp_path / "out.json")
+    assert "--config" not in loop.file_command(tmp_path, "default", tmp_path / "out.json")
+
+
+def test_the_loop_benchmark_profiles_update_and_leaves_sgeval_as_it_was(workload):
+    from bench import loop
+    before, out = {stage: getattr(sgeval, stage) for stage in loop.PROFILED_STAGES}, io.StringIO()
+    loop.profile_updates(workload, "default", top=3, out=out)
+    text = out.getvalue()
+    assert "CPU ms per update (default config, 3 evaluated images)" in text and "pack_masks" in text
+    assert "cProfile of 4 updates" in text and "sgeval.py" in text
+    assert {stage: getattr(sgeval, stage) for stage in loop.PROFILED_STAGES} == before
+
+
+def test_make_bench_runs_the_loop_benchmark_on_the_overlap_workload(tmp_path):
+    assert run.loop_workload(["default", "overlap"]) == "overlap" and run.loop_workload(["default"]) == "default"
+    assert run.loop_command(tmp_path, 3)[1:] == ["-m", "bench.loop", "--data", str(tmp_path), "--runs", "3"]
