@@ -1775,6 +1775,8 @@ def pack_masks(masks_PHW):
     """Boolean (P, H, W) masks -> packed (P, W) uint64 rows (the kernels' input)."""
     masks_PHW = np.asarray(masks_PHW, bool)
     packed = np.packbits(masks_PHW.reshape(len(masks_PHW), -1 if len(masks_PHW) else 0), axis=1)
+    if packed.shape[1] % 8 == 0 and packed.flags.c_contiguous:  # whole words already (640 x 480 is): no copy
+        return packed.view(np.uint64)
     words = np.zeros((len(packed), _words(8 * packed.shape[1])), np.uint64)
     words.view(np.uint8)[:, :packed.shape[1]] = packed
     return words
