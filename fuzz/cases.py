@@ -40,14 +40,17 @@ def _blocks(*boxes):
     return masks
 
 
+# per evaluated image: its instances' blocks (y0, y1, x0, x1), categories and relations
+LAYOUTS = [([(0, 6, 0, 8), (0, 6, 8, 16), (6, 12, 0, 16)], [0, 1, 3], [[0, 2, 0], [1, 2, 0], [0, 1, 1]]),
+           ([(0, 12, 0, 5), (0, 12, 5, 16)], [2, 4], [[0, 1, 2]]),
+           ([(2, 9, 3, 12), (0, 2, 0, 16)], [0, 4], [[0, 1, 1]])]
+
+
 def base_workspace():
     """{relative path: bytes} of a valid mask-mode case: 3 evaluated images, 1 training image."""
-    layouts = [([(0, 6, 0, 8), (0, 6, 8, 16), (6, 12, 0, 16)], [0, 1, 3], [[0, 2, 0], [1, 2, 0], [0, 1, 1]]),
-               ([(0, 12, 0, 5), (0, 12, 5, 16)], [2, 4], [[0, 1, 2]]),
-               ([(2, 9, 3, 12), (0, 2, 0, 16)], [0, 4], [[0, 1, 1]])]
     images = [{"image_id": image_id, "height": HEIGHT, "width": WIDTH, "split": "test", "categories": cats,
                "masks": masks, "boxes": [synth.tight_box(m) for m in masks], "relations": rels}
-              for image_id, (boxes, cats, rels) in zip(EVALUATED, layouts) for masks in [_blocks(*boxes)]]
+              for image_id, (boxes, cats, rels) in zip(EVALUATED, LAYOUTS) for masks in [_blocks(*boxes)]]
     images.append({**images[0], "image_id": "900", "split": "train"})
     files = {}
     with tempfile.TemporaryDirectory() as folder:
