@@ -1253,8 +1253,8 @@ def _state_records(state, n_slots, skipped, settings):
     ValueError, KeyError, TypeError, IndexError or OverflowError when it is malformed."""
     slots, updates, digests, offsets = _state_arrays(state, ("slots", "updates", "digests", "offsets"), DIGEST)
     values = np.asarray(state["values"])
-    if values.dtype.kind not in "iu" or values.ndim != 1 or values.size and (values.astype(np.int64).min() < 0
-                                                                             or values.max() > 2 ** 62):
+    if values.ndim != 1 or values.size and (values.dtype.kind not in "iu" or values.astype(np.int64).min() < 0
+                                            or values.max() > 2 ** 62):
         raise ValueError("'values' must be one row of counts (non-negative integers)")
     if len(slots) and (slots.min() < 0 or slots.max() >= n_slots) or len(np.unique(slots)) < len(slots):
         raise ValueError("image slots out of range or repeated")
@@ -1285,7 +1285,8 @@ def _state_arrays(state, keys, digest_size, n=None):
     shapes = {"slots": (n,), "updates": (n,), "extra_updates": (n,), "digests": (n, digest_size),
               "extra_digests": (n, digest_size), "offsets": (n + 1,)}
     for key, array in zip(keys, arrays):
-        if array.shape != shapes[key] or array.dtype.kind not in "iu" or key.endswith("digests") and array.dtype != np.uint8:
+        if array.shape != shapes[key] or array.size and (array.dtype.kind not in "iu" or key.endswith("digests")
+                                                         and array.dtype != np.uint8):
             raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
                              + " and dtype uint8" * key.endswith("digests"))
     counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
@@ -1388,7 +1389,7 @@ def update_masks(masks, n, height, width, where, problems):
     array = _as_array(masks, "masks", where, problems)
     if array is None:
         return None
-    if n == 0 and array.shape == (0,):  # an empty list: no masks
+    if n == 0 and array.shape in ((0,), (0, height, width)):  # no masks, of any dtype (nothing to threshold)
         return np.zeros((0, _words(height * width)), np.uint64)
     size = (height, width)
     if array.dtype.kind not in "biu":

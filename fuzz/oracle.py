@@ -244,12 +244,12 @@ def _as_array(value):
 def _argument(value, shape, kinds):
     """An update argument as a numpy array of the shape (None: any size) holding integers ('iu')
     within int64 or finite numbers ('iuf'), else None. An empty argument holds no value of a wrong
-    type: any dtype is fine, and a table ((n, width) shape) may have any empty shape."""
+    type: any dtype is fine, and an empty table ((n, width) shape) is (0,) or (0, width)."""
     array = _as_array(value)
     if array is None:
         return None
     if array.size == 0 and len(shape) == 2 and shape[0] is None and shape[1] is not None:
-        return np.zeros((0, shape[1]))
+        return np.zeros((0, shape[1])) if array.shape in ((0,), (0, shape[1])) else None
     if array.size and array.dtype.kind not in kinds or array.ndim != len(shape) or any(
             size is not None and size != n for size, n in zip(shape, array.shape)):
         return None
@@ -276,21 +276,19 @@ def _is_panoptic(masks):
 def _mask_pixels(masks, n, size):
     """The (n, H, W) bool pixels of an update's masks (an array of bool or 0/1 integers, or the
     Panoptic form), or None when they are invalid; "unsure" when the rules do not say. size: the
-    GT image's (H, W), or None for a test image without relations (not evaluated: any size)."""
+    GT image's (H, W)."""
     panoptic = _is_panoptic(masks)
     if panoptic is None:
         return "unsure"
     if panoptic:
         segment_map, ids = masks
-        segment_map, ids = _argument(segment_map, size or (None, None), "iu"), _argument(ids, (n,), "iu")
+        segment_map, ids = _argument(segment_map, size, "iu"), _argument(ids, (n,), "iu")
         if segment_map is None or ids is None or len(set(ids.tolist())) < len(ids):
             return None
-        if segment_map.size == 0:
-            return "unsure"  # an empty map (a test image without relations has no size to hold to)
         return np.stack([segment_map == i for i in ids.tolist()]) if n else np.zeros((0, *segment_map.shape), bool)
     array = _as_array(masks)
     if array is None or array.dtype.kind not in "biu" or array.ndim != 3 or len(array) != n \
-            or size is not None and array.shape[1:] != size:
+            or array.shape[1:] != size:
         return None
     if array.dtype.kind != "b" and not set(array.ravel().tolist()) <= {0, 1}:
         return None
@@ -331,12 +329,16 @@ def _prediction(image_id, arguments, mode, sizes, extra_ids, n_objects, n_predic
     if mode == "box":  # masks are ignored
         return parts
     masks = arguments.get("masks")
-    if n == 0:  # no masks needed: None, or masks that hold none (of any shape)
+    if n == 0:  # no masks needed: None, an empty list, (0, H, W) of any dtype, or a Panoptic map without ids
         panoptic = _is_panoptic(masks)
         if panoptic is None:
             return "unsure"
-        array = None if masks is None else _as_array(masks[1] if panoptic else masks)
-        return parts if masks is None or array is not None and array.size == 0 else None
+        if masks is None:
+            return parts
+        if panoptic:
+            return parts if isinstance(_mask_pixels(masks, 0, sizes.get(key)), np.ndarray) else None
+        array = _as_array(masks)
+        return parts if array is not None and array.shape in ((0,), (0, *sizes[key])) else None
     pixels = _mask_pixels(masks, n, sizes.get(key))
     if isinstance(pixels, str):
         return pixels

@@ -142,7 +142,7 @@ def _update_case(case, base, sgeval):
     before = evaluator.state_dict()
 
     def verdict():
-        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in EVALUATED}, {EXTRA},
+        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in (*EVALUATED, EXTRA)}, {EXTRA},
                             len(THINGS + STUFF), len(PREDICATES), sgeval.MAX_INSTANCES, case.get("prior", []))
 
     try:

@@ -143,7 +143,7 @@ def test_the_reference_validator_of_updates():
 
     def verdict(image_id="102", mode="mask", prior=(), **edit):
         arguments = {**base_update("102"), **edit}
-        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in EVALUATED}, {EXTRA}, 5, 3,
+        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in (*EVALUATED, EXTRA)}, {EXTRA}, 5, 3,
                             sgeval.MAX_INSTANCES, prior)
 
     masks, labels = base_update("102")["masks"], base_update("102")["labels"]
