@@ -108,11 +108,11 @@ def slow_prediction(gt_json, path, masks_per_image):
     return Path(path)
 
 
-def write_config(path, data, state_dir, workers=2, job_timeout=600, quota=100_000):
+def write_config(path, data, state_dir, workers=2, job_timeout=600, quota=100_000, **server_keys):
     """configs/serve/demo.yaml with the demo data in folder data, another state folder, workers,
-    job_timeout and a quota (per day and in total) of quota submissions."""
+    job_timeout, a quota (per day and in total) of quota submissions and any further server keys."""
     config = yaml.safe_load(DEMO_CONFIG.read_text())
-    config.update(state_dir=str(state_dir), workers=workers, job_timeout=job_timeout)
+    config.update(state_dir=str(state_dir), workers=workers, job_timeout=job_timeout, **server_keys)
     config["benchmarks"][SLUG].update(gt=str(Path(data) / "psg.json"), gt_seg=str(Path(data) / "panoptic"),
                                       quota={"per_day": quota, "total": quota})
     Path(path).write_text(yaml.safe_dump(config, sort_keys=False))

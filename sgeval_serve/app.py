@@ -2,33 +2,41 @@
 
 Every page has its data at the same path under ``/api`` (``/b/psg`` and ``/api/b/psg``). Browsers
 log in with their token once and then hold a session cookie; API clients send
-``Authorization: Bearer <token>``. Every form carries a CSRF token tied to a cookie of the browser.
+``Authorization: Bearer <token>``. Every form carries a CSRF token tied to the browser's session
+(before logging in: to a cookie of the browser).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import hmac
 import json
 import logging
+import math
 import re
 import secrets
+import time
+import unicodedata
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 import sgeval
 
-from . import boards, jobs, uploads
+from . import boards, checks, jobs, limits, uploads
+from . import store as store_module
 from .store import Duplicate, QuotaExceeded, Store
 
 log = logging.getLogger("sgeval.serve")
@@ -38,6 +46,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}")
 ADMIN_ACTIONS = {"approve": ("approved", 1), "unapprove": ("approved", 0), "hide": ("hidden", 1),
                  "unhide": ("hidden", 0)}
 OWNER_ACTIONS = {"publish": ("public", 1), "unpublish": ("public", 0)}
+HIDDEN_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}  # refused in names and links
 SECURITY_HEADERS = [(b"content-security-policy", b"default-src 'self'; img-src 'self'; style-src 'self'; "
                      b"script-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
                     (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
@@ -83,14 +92,17 @@ def _authenticate(request):
     """Sets request.state.user (None for a visitor). The API takes only tokens
     (Authorization: Bearer), the pages only the session cookie, so the API needs no CSRF token."""
     store = request.app.state.store
-    request.state.user = None
+    request.state.user, request.state.session_key = None, None
     authorization = request.headers.get("authorization", "")
     if _is_api(request) and authorization[:7].lower() == "bearer ":
         request.state.user = store.user_by_token(authorization[7:].strip())
         if request.state.user is None:
             raise Problem(401, ["the API token is not valid (or was revoked)"])
     elif not _is_api(request) and request.cookies.get(SESSION_COOKIE):
-        request.state.user = store.user_by_session(request.cookies[SESSION_COOKIE])
+        request.state.user = store.user_by_session(request.cookies[SESSION_COOKIE],
+                                                   request.app.state.settings.session_days)
+        if request.state.user is not None:
+            request.state.session_key = request.cookies[SESSION_COOKIE]
     _read_csrf_cookie(request)
 
 
@@ -102,8 +114,11 @@ def _read_csrf_cookie(request):
 
 
 def _csrf_token(request):
-    key = request.app.state.store.secret
-    return hmac.new(key, request.state.csrf_cookie.encode(), hashlib.sha256).hexdigest()
+    """The forms' CSRF token: bound to the session of a logged-in browser, else to its CSRF cookie
+    (a cookie planted by another site then makes no token valid in anyone's session)."""
+    session = getattr(request.state, "session_key", None)
+    bound = f"session:{session}" if session else f"cookie:{request.state.csrf_cookie}"
+    return hmac.new(request.app.state.store.secret, bound.encode(), hashlib.sha256).hexdigest()
 
 
 def _check_csrf(request, sent):
@@ -114,12 +129,20 @@ def _check_csrf(request, sent):
         raise Problem(403, ["the form has expired or did not come from this site: reload the page and send it again"])
 
 
+async def _small_body(request):
+    """A small request's body, read while it streams and cut at limits.SMALL_BODY bytes."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.SMALL_BODY:
+            raise limits.BodyTooLarge(limits.SMALL_BODY)
+    return body
+
+
 async def _fields(request):
     """A small request's fields: a page's form (CSRF checked) or the API's JSON or form body."""
     if _is_api(request) and request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.body()
-        if len(body) > 4096:
-            raise Problem(413, ["the request is too large"])
+        body = await _small_body(request)
         try:
             value = json.loads(body)
         except ValueError:
@@ -128,6 +151,8 @@ async def _fields(request):
     try:
         async with request.form(max_files=0, max_fields=8, max_part_size=4096) as form:
             fields = {key: str(value) for key, value in form.items()}
+    except (limits.BodyTooLarge, limits.BodyTimeout):
+        raise
     except Exception as error:  # python-multipart's and Starlette's errors on a malformed body
         raise Problem(400, [f"the form cannot be read ({type(error).__name__})"]) from None
     _check_csrf(request, fields.get("csrf"))
@@ -215,6 +240,12 @@ async def admin(request):
 # submitting --------------------------------------------------------------------------------
 
 
+def visible(text):
+    """False when text holds a control, format (bidi overrides, zero-width), private-use,
+    surrogate, unassigned or line/paragraph-separator character."""
+    return not any(unicodedata.category(c) in HIDDEN_CATEGORIES for c in text)
+
+
 def _words(value):
     """A text field with its runs of white space made single spaces and its ends trimmed."""
     return " ".join(str(value or "").split())
@@ -222,7 +253,14 @@ def _words(value):
 
 def _url(value, field, problems):
     value = (value or "").strip()
-    if value and (len(value) > 500 or urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc):
+    if not value:
+        return value
+    try:
+        parts = urlsplit(value)
+        valid = len(value) <= 500 and parts.scheme in ("http", "https") and bool(parts.hostname) and visible(value)
+    except ValueError:  # urlsplit's on a malformed address, such as http://[::1
+        valid = False
+    if not valid:
         problems.append(f"{field}: give an http:// or https:// address (at most 500 characters)")
     return value
 
@@ -233,6 +271,9 @@ def submission_fields(fields):
     method = _words(fields.get("method"))
     if not 1 <= len(method) <= 100:
         problems.append("method: give the method's name (1 to 100 characters)")
+    elif not visible(method):
+        problems.append("method: give the method's name (1 to 100 characters) without control, format (bidi, "
+                        "zero-width) or private-use characters")
     paper, code = _url(fields.get("paper_url"), "paper_url", problems), _url(fields.get("code_url"), "code_url", problems)
     public = fields.get("public", "1") not in ("0", "false", "no", "off", "")
     if problems:
@@ -262,21 +303,61 @@ async def submit(request):
     return _redirect(request, f"/submissions/{submission_id}", data, status=201)
 
 
+class RefusedUploads:
+    """The times of each submitter's refused uploads in the last hour (in memory: a restart
+    forgets them)."""
+
+    def __init__(self, per_hour):
+        self.per_hour, self.times = per_hour, collections.defaultdict(collections.deque)
+
+    def add(self, user_id):
+        self.times[user_id].append(time.monotonic())
+
+    def count(self, user_id):
+        """The user's refused uploads in the last hour."""
+        times = self.times[user_id]
+        while times and times[0] < time.monotonic() - 3600:
+            times.popleft()
+        return len(times)
+
+    def wait(self, user_id):
+        """Seconds until the user may upload again (0: now)."""
+        return 0 if self.count(user_id) < self.per_hour else self.times[user_id][0] + 3600 - time.monotonic()
+
+
 async def _accept(request, benchmark):
+    """Checks before the body is read (quota, refused uploads, one upload at a time per
+    submitter), then receive and queue. A refusal after them counts against refused_per_hour."""
     state, user = request.app.state, _need_user(request)
-    try:  # before the body is read; add_submission checks again in the transaction that queues
+    try:  # add_submission checks again in the transaction that queues
         await run_in_threadpool(state.store.check_quota, user["id"], benchmark)
     except QuotaExceeded as error:
         raise Problem(429, [str(error)]) from None
+    wait = state.refused.wait(user["id"])
+    if wait:
+        raise Problem(429, [f"{state.settings.refused_per_hour} refused uploads in the last hour (refused_per_hour: "
+                            f"{state.settings.refused_per_hour}): the next one can be sent in "
+                            f"{math.ceil(wait / 60)} minute(s)"])
+    if user["id"] in state.uploading:
+        raise Problem(429, ["another upload of yours is being received or checked: send the next one when it is "
+                            "answered"])
+    state.uploading.add(user["id"])
     try:
-        upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
-    except uploads.UploadError as error:
-        raise Problem(error.status, error.problems, fields=_shown_fields(error.fields)) from None
-    try:
-        return await _queue(request, benchmark, user, upload)
+        try:
+            upload = await uploads.receive(request, state.store.root / "incoming", state.settings.max_upload_bytes)
+        except uploads.UploadError as error:
+            raise Problem(error.status, error.problems, fields=_shown_fields(error.fields)) from None
+        try:
+            return await _queue(request, benchmark, user, upload)
+        finally:
+            if upload.path is not None:
+                upload.path.unlink(missing_ok=True)  # gone already when it was queued
+    except Problem as problem:
+        if problem.status != 429:
+            state.refused.add(user["id"])
+        raise
     finally:
-        if upload.path is not None:
-            upload.path.unlink(missing_ok=True)  # gone already when it was queued
+        state.uploading.discard(user["id"])
 
 
 def _shown_fields(fields):
@@ -293,9 +374,18 @@ async def _queue(request, benchmark, user, upload):
         raise Problem(problem.status, problem.problems, fields=shown) from None
     if upload.path is None or upload.size == 0:
         raise Problem(400, ["file: choose a prediction file (.zip or .json)"], fields=shown)
-    async with state.validation_slots:
-        counts, problems = await run_in_threadpool(uploads.check_prediction, upload.path, upload.file_name,
-                                                   state.gt_info[benchmark.slug], benchmark)
+    other = await run_in_threadpool(state.store.look_alike_method, user["id"], benchmark.slug, method)
+    if other is not None:
+        raise Problem(409, [f"method: '{method}' looks like '{other}' of another submitter on this benchmark (names "
+                            "are compared ignoring case, width, look-alike letters, spaces, '-', '_' and '.'): add "
+                            "what tells yours apart"], fields=shown)
+    known = await run_in_threadpool(state.store.submitted, user["id"], benchmark.slug, upload.sha256)
+    if known is not None:  # before the check: a replay costs no check
+        raise Problem(409, [f"{upload.file_name}: you submitted this file already (submission #{known}); a "
+                            "submission is evaluated once"], fields=shown)
+    counts, problems = await checks.check_upload(state.check_turns, state.refused.count(user["id"]), upload.path,
+                                                 upload.file_name, state.gt_info[benchmark.slug], benchmark,
+                                                 checks.Limits.of(state.settings))
     if problems:
         raise Problem(422, problems, fields=shown, images=counts)
     fields = uploads.submission_row(user["id"], method, paper, code, public, upload, counts)
@@ -319,7 +409,9 @@ async def submission_action(request):
     row = await run_in_threadpool(state.store.submission, submission_id)
     if row is None or not boards.can_see(row, user):
         raise Problem(404, ["no such submission"])
-    if action in OWNER_ACTIONS and (user["admin"] or row["user_id"] == user["id"]):
+    if action in OWNER_ACTIONS:
+        if not (user["admin"] or row["user_id"] == user["id"]):
+            raise Problem(403, ["only the submitter or an admin can make a submission public or private"])
         await run_in_threadpool(state.store.set_flag, submission_id, *OWNER_ACTIONS[action])
     elif action in (*ADMIN_ACTIONS, "reevaluate", "delete"):
         _need_admin(request)
@@ -352,15 +444,50 @@ async def login(request):
     user = await run_in_threadpool(store.user_by_token, fields.get("token", "").strip())
     if user is None:
         return _page(request, "login.html", {"problems": ["that token is not valid (or was revoked)"]}, status=401)
-    return await _start_session(request, RedirectResponse("/me", status_code=303), user)
+    response = RedirectResponse("/me", status_code=303)
+    await _start_session(request, response, user)
+    return response
 
 
 async def _start_session(request, response, user):
-    """Log the browser in: a new session, its key in an HttpOnly cookie on response."""
-    key = await run_in_threadpool(request.app.state.store.new_session, user["id"])
+    """Log the browser in: a new session, its key in an HttpOnly cookie on response. Returns the key."""
+    days = request.app.state.settings.session_days
+    key = await run_in_threadpool(request.app.state.store.new_session, user["id"], days)
     response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="lax", secure=request.url.scheme == "https",
-                        max_age=30 * 86400)
-    return response
+                        max_age=days * 86400)
+    return key
+
+
+class NewTokens:
+    """Tokens just issued in a browser, shown by GET /token to that browser's session for
+    SHOWN_SECONDS (the POST that made one redirects there, so a reload posts nothing again). In
+    memory, at most MAX entries; the server keeps no token otherwise."""
+
+    SHOWN_SECONDS, MAX = 600, 10_000
+
+    def __init__(self):
+        self.shown = {}  # session key hash -> (until, page data)
+
+    def add(self, session_key, data):
+        now = time.monotonic()
+        for key in [key for key, (until, _) in self.shown.items() if until < now]:
+            del self.shown[key]
+        while len(self.shown) >= self.MAX:
+            del self.shown[next(iter(self.shown))]
+        self.shown[store_module.token_hash(session_key)] = (now + self.SHOWN_SECONDS, data)
+
+    def get(self, session_key):
+        until, data = self.shown.get(store_module.token_hash(session_key or ""), (0, None))
+        return data if until > time.monotonic() else None
+
+
+async def new_token(request):
+    """The token just issued in this browser (sign-up, or an admin's issue)."""
+    data = request.app.state.new_tokens.get(request.state.session_key)
+    if data is None:
+        raise Problem(404, ["no token to show here: a token is shown for a few minutes, in the browser that signed up "
+                            "or issued it; ask an admin for a new one"])
+    return _page(request, "token.html", data)
 
 
 async def logout(request):
@@ -400,8 +527,12 @@ async def signup(request):
             raise
         return _page(request, "signup.html", {"problems": problem.problems}, status=problem.status)
     user = store.user_by_token(token)
-    response = _page(request, "token.html", {"name": user["name"], "token": token, "admin": False}, status=201)
-    return response if _is_api(request) else await _start_session(request, response, user)
+    data = {"name": user["name"], "token": token, "admin": False}
+    if _is_api(request):
+        return JSONResponse(data, status_code=201)
+    response = RedirectResponse("/token", status_code=303)  # POST/redirect/GET: a reload does not sign up again
+    request.app.state.new_tokens.add(await _start_session(request, response, user), data)
+    return response
 
 
 async def issue_token(request):
@@ -417,8 +548,11 @@ async def issue_token(request):
     else:
         token = await run_in_threadpool(_new_user, store, name, fields.get("admin") in ("1", "on", True))
     user = store.user_by_token(token)
-    return _page(request, "token.html", {"name": user["name"], "token": token, "admin": bool(user["admin"])},
-                 status=201)
+    data = {"name": user["name"], "token": token, "admin": bool(user["admin"])}
+    if _is_api(request):
+        return JSONResponse(data, status_code=201)
+    request.app.state.new_tokens.add(request.state.session_key, data)
+    return RedirectResponse("/token", status_code=303)
 
 
 async def revoke(request):
@@ -474,6 +608,10 @@ class SecurityHeaders:
         return await self.app(scope, receive, send_with_headers)
 
 
+def _body_problem(error):
+    return Problem(413 if isinstance(error, limits.BodyTooLarge) else 408, [str(error)])
+
+
 def authenticated(endpoint):
     async def wrapper(request):
         try:
@@ -484,8 +622,17 @@ def authenticated(endpoint):
             return await endpoint(request)
         except Problem as problem:
             return await problem_page(request, problem)
+        except (limits.BodyTooLarge, limits.BodyTimeout) as error:
+            return await problem_page(request, _body_problem(error))
     wrapper.__name__ = endpoint.__name__
     return wrapper
+
+
+async def refuse_request(scope, receive, send, status, message):
+    """limits.BodyLimits' answer to a request refused before its body is read."""
+    request = Request(scope, receive)
+    response = await problem_page(request, Problem(status, [message]))
+    await response(scope, receive, send)
 
 
 def _routes():
@@ -498,7 +645,7 @@ def _routes():
     routes = [Route("/b/{slug}/submit", authenticated(submit_form)), Route("/login", authenticated(login_form)),
               Route("/login", authenticated(login), methods=["POST"]),
               Route("/logout", authenticated(logout), methods=["POST"]),
-              Route("/signup", authenticated(signup_form)),
+              Route("/signup", authenticated(signup_form)), Route("/token", authenticated(new_token)),
               Route("/submissions/{submission_id}/per_predicate.png", authenticated(plot)),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     routes += [Route(path, authenticated(endpoint), methods=methods) for path, endpoint, methods in pages]
@@ -510,12 +657,16 @@ def create_app(settings, start_workers=True):
     """The ASGI application for a Settings (settings.load_settings). Reads every benchmark's GT
     once (an unreadable GT stops the start with sgeval's messages)."""
     store = Store(settings.state_dir)
+    removed = store.clear_incoming()
+    if removed:
+        log.info("removed %d upload(s) a stopped server left in %s", removed, store.root / "incoming")
     gt_info = {slug: uploads.gt_info(benchmark) for slug, benchmark in settings.benchmarks.items()}
     dispatcher = jobs.Dispatcher(store, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        app.state.validation_slots = asyncio.Semaphore(2)
+        app.state.check_turns = checks.CheckTurns()
+        await run_in_threadpool(checks.start)
         if start_workers:
             dispatcher.start()
         try:
@@ -527,7 +678,13 @@ def create_app(settings, start_workers=True):
     app = Starlette(routes=_routes(), lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: internal_error})
     app.state.settings, app.state.store, app.state.dispatcher, app.state.gt_info = settings, store, dispatcher, gt_info
+    app.state.refused, app.state.uploading = RefusedUploads(settings.refused_per_hour), set()
+    app.state.new_tokens = NewTokens()
     app.state.templates = Jinja2Templates(directory=HERE / "templates")
     app.state.templates.env.globals["version"] = sgeval.__version__
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(limits.BodyLimits, upload_bytes=settings.max_upload_bytes, body_timeout=settings.body_timeout,
+                       refuse=refuse_request)
+    app.add_middleware(SecurityHeaders)  # outside BodyLimits: its refusals get the headers too
+    if settings.forwarded_allow_ips:  # outermost: the scheme (for Secure cookies) and client of the proxy's request
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.forwarded_allow_ips))
     return app

@@ -17,9 +17,17 @@ import click
 
 import sgeval
 
-from . import uploads
+from . import checks, uploads
 from .settings import load_settings
-from .store import Duplicate, Store
+from .store import Duplicate, StateError, Store
+
+
+def _store(settings):
+    try:
+        return Store(settings.state_dir)
+    except StateError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
 
 
 def _settings(ctx):
@@ -48,18 +56,30 @@ def main(ctx, config, host, port, workers, state_dir):
 def serve(settings):
     import uvicorn
 
+    from . import connections
     from .app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    files = connections.ensure_open_files(settings.max_connections)
+    if files:
+        click.echo(f"error: {settings.source}: {files}", err=True)
+        sys.exit(1)
     try:
         app = create_app(settings)
     except sgeval.SGEvalError as error:
         for problem in error.problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
+    except StateError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
     click.echo(f"sgeval serve: http://{settings.host}:{settings.port}/ ({len(settings.benchmarks)} benchmark(s), "
                f"{settings.workers} evaluation worker(s), state in {settings.state_dir})", err=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", proxy_headers=False)
+    # proxy_headers=False: the app applies forwarded_allow_ips itself (create_app), so tests see it too.
+    # limit_concurrency is not used: it answers 503 only once a request's head has arrived (connections.py).
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", proxy_headers=False,
+                http=connections.protocol_class(settings), h11_max_incomplete_event_size=connections.MAX_HEAD_BYTES,
+                timeout_keep_alive=5, backlog=max(64, settings.max_connections))
 
 
 @main.command()
@@ -69,7 +89,7 @@ def serve(settings):
 @click.pass_context
 def token(ctx, name, admin, renew):
     """Issue a token for a new user NAME (or a new token with --renew); prints it once."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     try:
         value = store.new_token_for(name) if renew else store.add_user(name, admin)
     except ValueError as error:
@@ -84,7 +104,7 @@ def token(ctx, name, admin, renew):
 @click.pass_context
 def revoke(ctx, name):
     """Revoke the token of user NAME (their sessions end too)."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     user = store.user_by_name(name)
     if user is None:
         raise click.ClickException(f"no user '{name}'")
@@ -95,7 +115,7 @@ def revoke(ctx, name):
 @click.pass_context
 def users(ctx):
     """List the users."""
-    for user in Store(_settings(ctx).state_dir).users():
+    for user in _store(_settings(ctx)).users():
         role = ("admin" if user["admin"] else "submitter") + (", revoked" if user["revoked"] else "")
         click.echo(f"{user['name']}\t{role}\t{user['created']}")
 
@@ -117,7 +137,7 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     spec = settings.benchmarks.get(benchmark)
     if spec is None:
         raise click.ClickException(f"no benchmark '{benchmark}' (have: {', '.join(settings.benchmarks)})")
-    store = Store(settings.state_dir)
+    store = _store(settings)
     if store.user_by_name(user_name) is None:
         store.add_user(user_name)
     user = store.user_by_name(user_name)
@@ -128,7 +148,9 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
     incoming = store.root / "incoming" / f"cli-{secrets.token_hex(8)}.{kind}"
     shutil.copyfile(path, incoming)
     try:
-        counts, problems = uploads.check_prediction(incoming, path, uploads.gt_info(spec), spec)
+        checks.start()
+        counts, problems = checks.check_upload_now(incoming, path, uploads.gt_info(spec), spec,
+                                                   checks.Limits.of(settings))
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)
@@ -158,7 +180,7 @@ def submit(ctx, path, benchmark, user_name, method, paper_url, code_url, private
 @click.pass_context
 def reevaluate(ctx, ids, outdated):
     """Queue new evaluations of submissions IDS (an admin's action)."""
-    store = Store(_settings(ctx).state_dir)
+    store = _store(_settings(ctx))
     if outdated:
         ids = list(ids) + [row["id"] for row in store.submissions() if row["sgeval_version"]
                            and row["sgeval_version"] != sgeval.__version__]

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,31 @@ def summary(results, benchmark):
                           for key in benchmark.metrics} for protocol in benchmark.protocols}
     audit = (results.get("protocol_audit") or {}).get("per_image_mean") or {}
     return {"metrics": metrics, "audit": {key: audit.get(key) for key in AUDIT_SHOWN}, "images": results["images"]}
+
+
+# What sgeval's messages on a prediction's masks say of the GT image's size, and what the submitter sees instead.
+GT_SIZE_WORDS = [(re.compile(r"mask size \((\d+), (\d+)\) differs from the GT image size \(\d+, \d+\)"),
+                  r"mask size (\1, \2) is not the image's size"),
+                 (re.compile(r"the file holds more than \d+ bytes, more than its masks can need"),
+                  "the file is larger than its masks can need")]
+
+
+def failure_reason(problems, pred, shown_name):
+    """An evaluation's problem lines as the submitter sees them. A line about the upload starts
+    with its path (pred): that prefix becomes shown_name, and what sgeval says of the GT image's
+    size is left out; nothing else in the line is replaced, so text of the upload comes back as it
+    was sent. Lines about anything else (the GT, the server) become one line saying so."""
+    prefix, lines, elsewhere = f"{pred}: ", [], False
+    for line in problems:
+        if line.startswith(prefix):
+            rest = line[len(prefix):]
+            for pattern, words in GT_SIZE_WORDS:
+                rest = pattern.sub(words, rest)
+            lines.append(f"{shown_name}: {rest}")
+        elif not elsewhere:
+            elsewhere = True
+            lines.append("the evaluation failed on the server's side (its log has the details)")
+    return "\n".join(lines)
 
 
 def public_config(config, benchmark, shown_name):
@@ -124,8 +150,9 @@ class Dispatcher:
             return
         if outcome == "bad_input":
             problems = json.loads((folder / "problems.json").read_text())
-            reason = "\n".join(uploads.scrub_problems(problems, pred, submission["file_name"], benchmark.hidden_paths(),
-                                                      {str(self.store.root): "<server>"}))
+            reason = failure_reason(problems, pred, submission["file_name"])
+            if any(not line.startswith(f"{pred}: ") for line in problems):
+                log.error("evaluation %d of submission %d: %s", evaluation_id, submission_id, "\n".join(problems))
         self.store.finish(evaluation_id, "failed", reason)
         log.info("evaluation %d of submission %d failed: %s", evaluation_id, submission_id, reason.splitlines()[0])
 
@@ -202,7 +229,7 @@ def run_job(job_path):
     try:
         results = sgeval.evaluate(config)
     except sgeval.SGEvalError as error:
-        _write_atomic(folder / "problems.json", json.dumps(error.problems))
+        _write_atomic(folder / "problems.json", json.dumps(uploads.capped(error.problems, config.pred)))
         return EXIT_BAD_INPUT
     results["evaluation_seconds"] = round(time.perf_counter() - started, 3)
     draw_per_predicate(results, job["plot_metric"], folder / "per_predicate")

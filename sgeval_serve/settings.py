@@ -9,6 +9,7 @@ A benchmark is one (dataset, split, task) with hidden ground truth. Its leaderbo
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import yaml
 import sgeval
 
 SERVER_KEYS = ("title", "state_dir", "host", "port", "workers", "job_timeout", "max_upload_mb", "signup",
-               "benchmarks")
+               "body_timeout", "validation_timeout", "validation_memory_mb", "max_records_factor", "refused_per_hour",
+               "forwarded_allow_ips", "header_timeout", "max_connections", "session_days", "benchmarks")
 BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt", "description", "protocols",
                   "metrics", "order_by", "per_predicate_metric", "quota", "missing_images", "evaluation")
 # keys the service sets itself for every evaluation
@@ -57,10 +59,6 @@ class Benchmark:
                                    "pred": str(pred), "protocol": self.headline, "protocols": list(self.protocols[1:]),
                                    "task": self.task, "workers": 1}, source="benchmark")
 
-    def hidden_paths(self):
-        """The paths no message may show."""
-        return [path for path in (self.gt, self.gt_seg, self.train_gt) if path]
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -72,6 +70,15 @@ class Settings:
     job_timeout: float
     max_upload_bytes: int
     signup: bool
+    body_timeout: int  # seconds a request's body may stop arriving
+    validation_timeout: int  # seconds the check of an upload may take (checks.py)
+    validation_memory_mb: int  # memory the check of an upload may add to its process
+    max_records_factor: int  # image records an upload may hold per test image of its split
+    refused_per_hour: int  # refused uploads of one submitter in an hour before the next one waits
+    forwarded_allow_ips: tuple  # the proxies whose X-Forwarded-Proto and -For are believed (empty: none)
+    header_timeout: int  # seconds a request's head may take (connections.py)
+    max_connections: int  # connections open at once (connections.py)
+    session_days: int  # a browser's login lasts this long (on the server, and its cookie)
     benchmarks: dict  # slug -> Benchmark, in the file's order
     source: str
 
@@ -95,6 +102,25 @@ def _text(values, key, default, where, problems):
         problems.append(f"{where}: '{key}' must be text, not {value!r}")
         return default
     return value
+
+
+def _proxies(values, where, problems):
+    """forwarded_allow_ips: IP addresses and networks (uvicorn's ProxyHeadersMiddleware would take a
+    misspelt one as a name that never matches), or ["*"]."""
+    value = values.get("forwarded_allow_ips") or []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        problems.append(f"{where}: 'forwarded_allow_ips' must be a list of IP addresses and networks (or [\"*\"])")
+        return ()
+    bad = []
+    for item in value:
+        try:
+            ipaddress.ip_network(item) if "/" in item else ipaddress.ip_address(item)
+        except ValueError:
+            bad += [] if item == "*" else [item]
+    if bad:
+        problems.append(f"{where}: 'forwarded_allow_ips' must be a list of IP addresses and networks (or [\"*\"]), "
+                        f"not {', '.join(map(repr, bad))}")
+    return tuple(value)
 
 
 def _path(base, value):
@@ -214,7 +240,17 @@ def load_settings(path, **overrides):
         workers=_integer(values, "workers", 1, 1, 64, where, problems),
         job_timeout=_integer(values, "job_timeout", 3600, 1, 7 * 86400, where, problems),
         max_upload_bytes=_integer(values, "max_upload_mb", 512, 1, 1 << 20, where, problems) << 20,
-        signup=bool(values.get("signup", False)), benchmarks=parsed, source=where)
+        signup=bool(values.get("signup", False)),
+        body_timeout=_integer(values, "body_timeout", 30, 1, 3600, where, problems),
+        validation_timeout=_integer(values, "validation_timeout", 60, 1, 86400, where, problems),
+        validation_memory_mb=_integer(values, "validation_memory_mb", 2048, 16, 1 << 20, where, problems),
+        max_records_factor=_integer(values, "max_records_factor", 4, 1, 10**6, where, problems),
+        refused_per_hour=_integer(values, "refused_per_hour", 10, 1, 10**6, where, problems),
+        forwarded_allow_ips=_proxies(values, where, problems),
+        header_timeout=_integer(values, "header_timeout", 10, 1, 3600, where, problems),
+        max_connections=_integer(values, "max_connections", 200, 1, 100_000, where, problems),
+        session_days=_integer(values, "session_days", 14, 1, 3650, where, problems),
+        benchmarks=parsed, source=where)
     for benchmark in parsed.values():
         if benchmark is None or problems:  # sgeval's own check of the evaluation keys, once the rest is right
             continue

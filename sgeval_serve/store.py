@@ -2,7 +2,7 @@
 
     state_dir/sgeval-serve.sqlite3     users, sessions, submissions, evaluations
     state_dir/secret                   the key of the forms' CSRF tokens
-    state_dir/incoming/<random>.part   uploads being received
+    state_dir/incoming/<random>.part   uploads being received or checked (emptied at each start)
     state_dir/submissions/<id>/        the accepted file (prediction.zip or prediction.json)
     state_dir/evaluations/<id>/<attempt>/  an evaluation's results.json and figure
 
@@ -18,9 +18,12 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
+import time
+import unicodedata
 from pathlib import Path
 
 SCHEMA = """
@@ -49,8 +52,25 @@ STATUSES = ("queued", "running", "done", "failed")
 MAX_ATTEMPTS = 3  # an evaluation interrupted this often (a server that dies during it) fails
 
 
+# Cyrillic and Greek letters drawn like Latin ones (lower case: name_key case-folds first).
+LOOK_ALIKES = str.maketrans("авекмнорстухіјѕԁԛԝαβεζηικμνορτυχ", "abekmhopctyxijsdqwabezhikmnoptyx")
+SEPARATORS = re.compile(r"[\s._-]+")
+
+
+def name_key(name):
+    """What two names that look alike have in common: NFKC (full-width and other compatibility
+    forms), case-folded, look-alike letters made Latin, spaces, '.', '_' and '-' left out."""
+    return SEPARATORS.sub("", unicodedata.normalize("NFKC", name).casefold().translate(LOOK_ALIKES))
+
+
 def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def ago(days):
+    """The time days before now, as now() writes times (they compare as text)."""
+    moment = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=days)
+    return moment.isoformat(timespec="seconds")
 
 
 def token_hash(token):
@@ -59,6 +79,10 @@ def token_hash(token):
 
 def new_token():
     return "sgv_" + secrets.token_urlsafe(32)
+
+
+class StateError(Exception):
+    """The state folder or its database cannot be used (one line for the admin)."""
 
 
 class QuotaExceeded(Exception):
@@ -76,14 +100,24 @@ class Store:
     own connection."""
 
     def __init__(self, state_dir):
+        """Opens (makes) the state folder and its database; StateError when either cannot be
+        written."""
         self.root = Path(state_dir)
-        for sub in ("incoming", "submissions", "evaluations"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.path = self.root / "sgeval-serve.sqlite3"
-        with self.connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-        self.secret = self._secret()
+        try:
+            for sub in ("incoming", "submissions", "evaluations"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            with self.connect() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(SCHEMA)
+                db.execute("BEGIN IMMEDIATE")  # a write lock: fails on a database that cannot be written
+                db.execute("COMMIT")
+            self.secret = self._secret()
+            probe = self.root / "incoming" / f".probe-{secrets.token_hex(8)}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except (OSError, sqlite3.Error, ValueError) as error:
+            raise StateError(f"{self.root}: the state folder cannot be used ({type(error).__name__}: {error})") from None
 
     def _secret(self):
         path = self.root / "secret"
@@ -92,6 +126,21 @@ class Store:
                                                              "w") as file:
                 file.write(secrets.token_hex(32))
         return bytes.fromhex(path.read_text().strip())
+
+    def clear_incoming(self):
+        """At the server's start: remove what uploads left in incoming/ (a server killed while it
+        received or checked them). A file of the CLI's submit younger than an hour may be in use:
+        it stays. Returns how many were removed."""
+        removed = 0
+        for path in (self.root / "incoming").iterdir():
+            if path.name.startswith("cli-") and time.time() - path.stat().st_mtime < 3600:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed += 1
+        return removed
 
     @contextlib.contextmanager
     def connect(self):
@@ -124,6 +173,10 @@ class Store:
         with self.connect() as db:
             return [dict(row) for row in db.execute(sql, args)]
 
+    def all_rows(self, sql, *args):
+        with self.connect() as db:
+            return [tuple(row) for row in db.execute(sql, args)]
+
     # users and sessions -------------------------------------------------------------------
 
     def add_user(self, name, admin=False):
@@ -132,6 +185,10 @@ class Store:
         token = new_token()
         try:
             with self.transaction() as db:
+                for (other,) in db.execute("SELECT name FROM users"):
+                    if other != name and name_key(other) == name_key(name):
+                        raise ValueError(f"'{name}' looks like the name '{other}' of another user (names are "
+                                         "compared ignoring case, spaces, '-', '_' and '.')")
                 db.execute("INSERT INTO users (name, token_hash, admin, created) VALUES (?, ?, ?, ?)",
                            (name, token_hash(token), int(admin), now()))
         except sqlite3.IntegrityError:
@@ -161,16 +218,20 @@ class Store:
     def users(self):
         return self.all("SELECT id, name, admin, revoked, created FROM users ORDER BY id")
 
-    def new_session(self, user_id):
+    def new_session(self, user_id, days):
+        """A new session's key; the sessions older than days end."""
         key = secrets.token_urlsafe(32)
         with self.transaction() as db:
+            db.execute("DELETE FROM sessions WHERE created < ?", (ago(days),))
             db.execute("INSERT INTO sessions (key_hash, user_id, created) VALUES (?, ?, ?)",
                        (token_hash(key), user_id, now()))
         return key
 
-    def user_by_session(self, key):
+    def user_by_session(self, key, days):
+        """The user of a session younger than days (and not revoked), or None."""
         return self.one("SELECT users.* FROM sessions JOIN users ON users.id = sessions.user_id "
-                        "WHERE sessions.key_hash = ? AND users.revoked = 0", token_hash(key))
+                        "WHERE sessions.key_hash = ? AND sessions.created >= ? AND users.revoked = 0",
+                        token_hash(key), ago(days))
 
     def end_session(self, key):
         with self.transaction() as db:
@@ -216,6 +277,22 @@ class Store:
             db.execute("INSERT INTO evaluations (submission_id, status, queued) VALUES (?, 'queued', ?)",
                        (submission_id, now()))
         return submission_id
+
+    def submitted(self, user_id, benchmark, sha256):
+        """The id of the user's submission of a file with this SHA-256 on the benchmark (its slug), or None."""
+        row = self.one("SELECT id FROM submissions WHERE user_id = ? AND benchmark = ? AND sha256 = ?", user_id,
+                       benchmark, sha256)
+        return None if row is None else row["id"]
+
+    def look_alike_method(self, user_id, benchmark, method):
+        """A method name of another submitter on the benchmark (its slug) that looks like method
+        (store.name_key), or None."""
+        key = name_key(method)
+        for (other,) in self.all_rows("SELECT DISTINCT method FROM submissions WHERE benchmark = ? AND user_id != ?",
+                                      benchmark, user_id):
+            if name_key(other) == key:
+                return other
+        return None
 
     def submission_file(self, submission_id, kind):
         return self.root / "submissions" / str(int(submission_id)) / f"prediction.{kind}"

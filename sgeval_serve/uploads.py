@@ -1,6 +1,7 @@
 """Receiving an upload: the multipart body streamed to a file under incoming/ (never whole in
 memory, cut off at the size limit), then checked with sgeval's own reader against the benchmark's
-ground truth before anything is queued."""
+ground truth before anything is queued (check_prediction, which checks.py runs in a bounded child
+process)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from python_multipart.multipart import parse_options_header
 
 import sgeval
 
+from . import limits
+
 FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
 MAX_FIELD_BYTES = 2048
 MAX_PARTS = 16
+MAX_PROBLEMS = 1000  # problem lines of one upload kept and shown; the rest are counted
+DEFAULT_RECORDS_FACTOR = 4  # an upload holds at most this many image records per test image of its split
 
 
 class UploadError(Exception):
@@ -70,8 +75,8 @@ def sniff_kind(head):
 class _Receiver:
     """The multipart parser's callbacks: text fields into memory (small), the file into a file."""
 
-    def __init__(self, incoming, max_bytes):
-        self.incoming, self.max_bytes = incoming, max_bytes
+    def __init__(self, incoming, max_bytes, refuse_file=None):
+        self.incoming, self.max_bytes, self.refuse_file = incoming, max_bytes, refuse_file
         self.fields, self.problems, self.parts = {}, [], 0
         self.path, self.file, self.file_name, self.size, self.head = None, None, "", 0, b""
         self.digest = hashlib.sha256()
@@ -104,6 +109,8 @@ class _Receiver:
         if self._name not in FIELDS:
             raise UploadError(400, [f"unknown form field '{self._name[:40]}' (expected: {', '.join(FIELDS)})"])
         if self._name == "file":
+            if self.refuse_file:  # the file is too large: stop before its data
+                raise UploadError(413, [self.refuse_file])
             if self.file is not None:
                 raise UploadError(400, ["send one file"])
             self.file_name = display_name(options.get(b"filename", b"").decode("utf-8", "replace"))
@@ -149,21 +156,27 @@ async def receive(request, incoming, max_bytes):
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise UploadError(415, ["send the form as multipart/form-data"])
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_bytes + 64 * 1024:
-        raise UploadError(413, [f"the upload is larger than the limit of {max_bytes >> 20} MiB"])
-    receiver = _Receiver(incoming, max_bytes)
-    parser = MultipartParser(boundary, receiver.callbacks(), max_size=max_bytes + 64 * 1024)
+    too_large = f"the upload is larger than the limit of {max_bytes >> 20} MiB"
+    declared = limits.declared_length(request.scope)
+    # a declared length over the limit: the form's fields are read (they come before the file), not the file
+    receiver = _Receiver(incoming, max_bytes, too_large if (declared or 0) > max_bytes + limits.FORM_OVERHEAD else None)
+    parser = MultipartParser(boundary, receiver.callbacks(), max_size=max_bytes + limits.FORM_OVERHEAD)
     try:
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
-    except UploadError:
+    except UploadError as error:  # a refused form keeps the fields read so far
         receiver.discard()
-        raise
+        raise UploadError(error.status, error.problems, error.fields or receiver.fields) from None
+    except limits.BodyTooLarge:
+        receiver.discard()
+        raise UploadError(413, [too_large], receiver.fields) from None
+    except limits.BodyTimeout as error:
+        receiver.discard()
+        raise UploadError(408, [f"{error}: send it again"], receiver.fields) from None
     except Exception as error:  # the parser's own errors: a malformed body
         receiver.discard()
-        raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"]) from None
+        raise UploadError(400, [f"the form data cannot be read ({type(error).__name__})"], receiver.fields) from None
     receiver.close()
     if receiver.path is None or receiver.size == 0:  # a browser sends an empty part when no file was chosen
         receiver.discard()
@@ -185,50 +198,103 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def scrub(text, replacements):
-    """Replace every private path in a message by what the submitter may see."""
-    for private, shown in sorted(replacements.items(), key=lambda item: -len(item[0])):
-        if private:
-            text = text.replace(private, shown)
-    return text
+class Problems:
+    """A check's problems as sgeval's reader adds them (append, extend, +=): the first
+    MAX_PROBLEMS lines kept, the rest only counted. len() is the count of all (the reader compares
+    it before and after a record to know whether the record had a problem). With stop_after, the
+    problem after that many raises Problems.Stop, once: the reading ends there."""
+
+    class Stop(Exception):
+        pass
+
+    def __init__(self, keep=MAX_PROBLEMS, stop_after=None):
+        self.keep, self.stop_after, self.kept, self.count, self.stopped = keep, stop_after, [], 0, False
+
+    def append(self, line):
+        self.count += 1
+        if len(self.kept) < self.keep:
+            self.kept.append(line)
+        if self.stop_after is not None and self.count > self.stop_after and not self.stopped:
+            self.stopped = True
+            raise Problems.Stop()
+
+    def extend(self, lines):
+        for line in lines:
+            self.append(line)
+
+    def __iadd__(self, lines):
+        self.extend(lines)
+        return self
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        return iter(self.kept)
+
+    def lines(self, name):
+        """The kept lines, and one counting the rest (named after the upload) when there are more."""
+        if self.stopped:
+            return self.kept + [f"{name}: the check stopped after {self.stop_after:,} problems (the first "
+                                f"{len(self.kept):,} are listed)"]
+        rest = self.count - len(self.kept)
+        return self.kept + ([f"{name}: and {rest:,} more problems (the first {len(self.kept):,} are listed)"]
+                            if rest else [])
 
 
-def scrub_problems(problems, path, shown_name, hidden_paths, folders):
-    """sgeval's problem lines as a submitter may see them: the server's copy of their file (its
-    path or base name) named shown_name, the hidden GT's paths and each folder in folders (path ->
-    label) replaced."""
-    replacements = {**folders, str(path): shown_name, os.path.basename(str(path)): shown_name,
-                    **{hidden: "<hidden ground truth>" for hidden in hidden_paths}}
-    return [scrub(problem, replacements) for problem in problems]
+def capped(lines, name):
+    """At most MAX_PROBLEMS of a list of problem lines, then one line counting the rest."""
+    problems = Problems()
+    problems.extend(lines)
+    return problems.lines(name)
 
 
-def check_prediction(path, shown_name, info, benchmark):
+def check_prediction(path, shown_name, info, benchmark, records_factor=DEFAULT_RECORDS_FACTOR):
     """Read a prediction file with sgeval's reader (records, not masks) against a benchmark's GT,
     and apply the benchmark's rules (some test image predicted; every one if missing_images is
-    refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems); the
-    problems are sgeval's messages with the server's paths replaced by shown_name."""
-    problems, ids = [], []
+    refuse). Returns (counts {predicted, missing, extra, missing_examples}, problems): the problem
+    lines name the file shown_name (None: the path as given, which starts sgeval's own lines).
+
+    The reading stops after records_factor x the split's images valid records, or after as many
+    problems (at least MAX_PROBLEMS); the first MAX_PROBLEMS problem lines are kept. checks.py runs
+    this in a bounded child process."""
+    name = str(path) if shown_name is None else shown_name
+    limit = records_factor * len(info.image_ids)
+    problems, ids, too_many = Problems(stop_after=max(limit, MAX_PROBLEMS)), [], []
+    json_masks = info.mode == "mask" and str(path).endswith(".json")  # its masks would be looked up beside it
     try:
         source, records = sgeval.prediction_records(str(path), info.n_objects, info.n_predicates, info.mode, problems)
         try:
-            ids = [record.image_id for record in records]
+            for record in records:
+                ids.append(record.image_id)
+                if json_masks and len(record.categories) and record.seg_filename:
+                    problems.append(f"{name}: image {record.image_id}: seg_filename '{record.seg_filename}' is not in "
+                                    "the upload (a .json file holds no masks: send a ZIP of triplets.json and the masks)")
+                if len(ids) > limit:
+                    too_many.append(f"{name}: holds more than {limit} image records, {records_factor} per test image "
+                                    f"of the benchmark's {len(info.image_ids)} (max_records_factor): is it for another "
+                                    "split?")
+                    break
         finally:
             source.close()
+    except Problems.Stop:
+        pass
     except sgeval.SGEvalError as error:
+        problems.stop_after = None  # the reading has ended
         problems += error.problems
-    except (OSError, MemoryError, RecursionError) as error:
-        problems.append(f"{path}: cannot be read ({type(error).__name__})")
-    problems = scrub_problems(problems, path, shown_name, benchmark.hidden_paths(),
-                              {os.path.dirname(str(path)): "<upload>"})
+    except (OSError, RecursionError) as error:
+        problems.stop_after = None
+        problems.append(f"{name}: cannot be read ({type(error).__name__})")
+    problems = problems.lines(name) + too_many
     predicted = set(ids) & info.image_ids
     missing = sorted(info.image_ids - predicted)
     counts = {"predicted": len(predicted), "missing": len(missing), "extra": len(set(ids) - info.image_ids),
               "missing_examples": missing[:10]}
     if not problems and not predicted:
-        problems = [f"{shown_name}: predicts none of the benchmark's {len(info.image_ids)} test images "
+        problems = [f"{name}: predicts none of the benchmark's {len(info.image_ids)} test images "
                     "(is it for another split?)"]
     if not problems and missing and benchmark.missing_images == "refuse":
-        problems = [f"{shown_name}: {len(missing)} of the benchmark's test images have no prediction "
+        problems = [f"{name}: {len(missing)} of the benchmark's test images have no prediction "
                     f"(this benchmark needs every image), for example {', '.join(missing[:5])}"]
     return counts, problems
 

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from conftest import ROOT, edit_zip, rewrite_json, sgeval
 from sgeval_serve import boards, store as store_module
 from sgeval_serve.app import create_app
-from sgeval_serve.settings import load_settings
+from sgeval_serve.settings import SERVER_KEYS, load_settings
 from tools import make_demo
 
 SERVICE_YAML = """
@@ -400,8 +400,7 @@ def test_service_config_problems_are_listed(tmp_path):
     with pytest.raises(sgeval.SGEvalError) as error:
         load_settings(path)
     assert error.value.problems == [
-        f"{path}: unknown key 'workerz' (valid: title, state_dir, host, port, workers, job_timeout, max_upload_mb, "
-        "signup, benchmarks)",
+        f"{path}: unknown key 'workerz' (valid: {', '.join(SERVER_KEYS)})",
         f"{path}: benchmarks.Bad_Name: a benchmark's name must be lower-case letters, digits and '-' (URL-safe)",
         f"{path}: benchmarks.Bad_Name: metric 'Q@5' is not a result key of sgeval (R@50, mR@100, PRank, ...)",
         f"{path}: benchmarks.Bad_Name: 'protocols' must be a list of unique, singlempo, multimpo, openpsg, sgb "

@@ -43,7 +43,7 @@ benchmarks:
     dataset: PSG demo
     split: test
     task: sgdet
-    description: 80 synthetic images in the shape of OpenPSG's panoptic scene graphs (tools/make_demo.py).
+    description: 31 synthetic test images in the shape of OpenPSG's panoptic scene graphs (tools/make_demo.py).
     gt: {data}/psg.json
     gt_seg: {data}/panoptic
     protocols: [singlempo, unique, openpsg, multimpo]
@@ -247,6 +247,9 @@ def model_a(server, browser, shots):
     click_and_load(browser, browser.find_element(By.ID, "signup"))
     token = text(browser, "token")
     assert token.startswith("sgv_") and "Token for lab-a" in browser.find_element(By.TAG_NAME, "h1").text
+    assert browser.current_url == server["url"] + "/token"  # POST/redirect/GET: a reload posts nothing
+    browser.refresh()
+    assert text(browser, "token") == token and response_status(browser) == 200
     log_in(browser, server, token)
     method = "Model A (browser)"
     submit_form(browser, server, method, server["data"] / "pred.zip", paper="https://example.org/model-a.pdf",
