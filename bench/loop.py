@@ -21,6 +21,11 @@ that alternates from run to run:
   images: start-up, reading the GT and computing the results included).
 * library floor: ``python -m bench.decode_floor --pred compact.zip --workers 1`` (once per run).
 
+The updates and the file path read the GT from one GT cache folder (``gt_cache``), new for the
+invocation and prepared by an untimed run of the file path per config before the timed runs: the
+GT is prepared, as for an Evaluator from its second validation epoch on. Target (issue 30): the
+update's mean per image <= the file path's per image minus the floor's.
+
 Once: ``tracemalloc`` around the updates of the first ``--memory-images`` images (run 1), and a
 box-mode run of ``--vg-images`` images on a generated VG150-like GT (``--child vg``) whose state
 per image is extrapolated to VG150's 26,446 test images. Results go to
@@ -51,6 +56,7 @@ CONFIGS = {  # name -> (YAML file or None, label)
 }
 MODEL_STEP_S = 0.1  # the simulated model's inference per image
 LOSS_TARGET = 0.05  # a 100 ms/image model loses less than 5 % to in-loop evaluation
+UPDATE_TARGET = 1.0  # issue 30: update's per-image cost <= the file path's minus the floor's, at W=1
 STATE_TARGET_BYTES = 2048  # per evaluated image at PSG scale
 VG_TEST_IMAGES, VG_TARGET_MIB = 26_446, 100.0
 COMPARED = ("images", "metrics", "per_predicate", "by_protocol", "protocol_audit", "predicate_confusion")
@@ -138,16 +144,18 @@ def _ms(values):
             "max": 1000 * max(values), "total_s": sum(values)} if values else None
 
 
-def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory_images=0, swap=False):
+def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory_images=0, swap=False,
+                 gt_cache=None):
     """The updates child (see the module docstring): per-image wall and CPU times of update, the
     state's size, compute()'s results, the simulated model loop; with memory_images, the traced
-    memory growth of the state per image over the updates of that many images."""
+    memory growth of the state per image over the updates of that many images. gt_cache: the
+    Evaluator's GT cache folder (None: the config's default)."""
     import gc
     import tracemalloc
 
     import sgeval
 
-    config = load_config(name, data)
+    config = load_config(name, data, **({"gt_cache": str(gt_cache)} if gt_cache else {}))
     start = time.perf_counter()
     evaluator, source, records, sizes, problems = workload_images(data, config)
     init_s = time.perf_counter() - start
@@ -413,13 +421,13 @@ def child_command(kind, data, name=None, **options):
     return command
 
 
-def file_command(data, name, output, pred=None):
+def file_command(data, name, output, pred=None, gt_cache=None):
     """sgeval.py with one worker and the config (as the updates child builds it) on compact.zip
-    (or pred)."""
+    (or pred), with the GT cache folder gt_cache (None: the default one)."""
     path, _ = CONFIGS[name]
     return [sys.executable, SGEVAL, *(["--config", path] if path else []), "--gt", data / "psg.json",
             "--gt-seg", data / "panoptic", "--pred", pred or data / "compact.zip", "--workers", 1, "--quiet",
-            "--output", output]
+            *(["--gt-cache", gt_cache] if gt_cache else []), "--output", output]
 
 
 def floor_command(data, codec=None, pred=None):
@@ -454,8 +462,9 @@ def _failed(sample):
     return f"exit {sample['returncode']}: {sample['stderr'].strip()[-1500:]}"
 
 
-def measure_all(data, names, runs, model_images, memory_images, env, codec):
-    """Every run's samples: {(kind, name): [measure() dicts, the updates ones with the child's JSON]}."""
+def measure_all(data, names, runs, model_images, memory_images, env, codec, gt_cache=None):
+    """Every run's samples: {(kind, name): [measure() dicts, the updates ones with the child's JSON]}.
+    gt_cache: the folder of the prepared GT, for the updates and the file path."""
     samples = {}
     with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:
         output, empty = Path(scratch) / "results.json", write_empty_prediction(Path(scratch) / "empty.zip")
@@ -463,9 +472,10 @@ def measure_all(data, names, runs, model_images, memory_images, env, codec):
             for kind, name in run_order(run, names):
                 if kind == "updates":
                     command = child_command("updates", data, name, model_images=model_images,
-                                            memory_images=memory_images if run == 1 else 0, swap=run % 2 == 0)
+                                            memory_images=memory_images if run == 1 else 0, swap=run % 2 == 0,
+                                            **({"gt_cache": gt_cache} if gt_cache else {}))
                 elif kind.startswith("file"):
-                    command = file_command(data, name, output, empty if kind == "file-empty" else None)
+                    command = file_command(data, name, output, empty if kind == "file-empty" else None, gt_cache)
                 else:
                     command = floor_command(data, codec, empty if kind == "floor-empty" else None)
                 sample = bench_run.measure(command, env)
@@ -560,6 +570,10 @@ def _verdict(ok):
     return "ok" if ok else "MISSED"
 
 
+def _value(value):
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def report(results):
     m, w = results["machine"], results["workload"]
     params, n = w["params"], w["params"]["n_images"]
@@ -570,7 +584,9 @@ def report(results):
         f"machine: {m['cpu_model']}, nproc {m['nproc']}, {m['memory_gib']} GiB, Python {m['python']}; {m['date']}; "
         f"load average {results['load_average'][0]:.2f} at start, {results['load_average'][1]:.2f} at end; "
         f"sgeval.py {results['source']['sgeval_sha256']} (HEAD {results['source']['git_head']}"
-        + (", modified" if results["source"]["sgeval_modified"] else "") + ")",
+        + (", modified" if results["source"]["sgeval_modified"] else "") + ")"
+        + (f"; GT prepared ({results['gt_cache_entries']} entries in the updates' and the file path's GT cache folder)"
+           if "gt_cache_entries" in results else ""),
         "",
         f"{'ms per evaluated image':<28}{'update':>8}{'update':>8}{'file':>8}{'floor':>8}{'file -':>8}{'update /':>10}",
         f"{'':<28}{'median':>8}{'mean':>8}{'path':>8}{'':>8}{'floor':>8}{'(f - fl)':>10}",
@@ -597,6 +613,12 @@ def report(results):
             for name, c in results["configs"].items()) + f"; floor {floor['busy_elsewhere_cpus']:.2f}",
     ]
     lines.append("")
+    for name, c in results["configs"].items():
+        for clock in ("wall", "cpu"):
+            ratio = c[clock]["update_over_file_minus_floor"]
+            lines.append(f"{name}: update mean / (file path - floor), {clock}: {_value(ratio)} (marginal "
+                         f"{_value(c[clock]['update_over_file_minus_floor_marginal'])}; target <= {UPDATE_TARGET:g})  "
+                         f"{_verdict(ratio is not None and ratio <= UPDATE_TARGET)}")
     for name, c in results["configs"].items():
         model = c["model"]
         lines.append(f"{name}: loss for a {1000 * MODEL_STEP_S:.0f} ms/image model (mean update / "
@@ -641,8 +663,7 @@ def report(results):
 
 def results_path(data, n_images):
     workload = json.loads((data / "stamp.json").read_text())["params"].get("workload", "default")
-    name = f"loop-{n_images}.json" if workload == "overlap" else f"loop-{workload}-{n_images}.json"
-    return ROOT / "bench" / "results" / name
+    return bench_run.loop_results_path(workload, n_images)
 
 
 def fastest_codec(data, env):
@@ -668,6 +689,7 @@ def main(argv=None):
                         help="only profile the updates of the first config in this process (cProfile, CPU time)")
     parser.add_argument("--child", choices=["updates", "vg"], help=argparse.SUPPRESS)
     parser.add_argument("--swap", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gt-cache", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     data = Path(os.path.abspath(args.data))  # a symlinked workload keeps its name
     names = [name.strip() for name in args.config_protocols.split(",") if name.strip()]
@@ -675,7 +697,8 @@ def main(argv=None):
     if unknown or not names:
         parser.error(f"--config-protocols: unknown {', '.join(unknown) or 'none given'}; valid: {', '.join(CONFIGS)}")
     if args.child == "updates":
-        print(json.dumps(time_updates(data, names[0], args.model_images, MODEL_STEP_S, args.memory_images, args.swap)))
+        print(json.dumps(time_updates(data, names[0], args.model_images, MODEL_STEP_S, args.memory_images, args.swap,
+                                      args.gt_cache or None)))
         return 0
     if args.child == "vg":
         print(json.dumps(vg_state(args.vg_images)))
@@ -686,17 +709,19 @@ def main(argv=None):
 
     stamp = json.loads((data / "stamp.json").read_text())
     n_images = stamp["params"]["n_images"]
-    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+    env = {key: value for key, value in os.environ.items() if key not in ("SGEVAL_NO_JIT_CACHE", "SGEVAL_GT_CACHE")}
     results = {"machine": bench_run.machine(), "source": bench_run.source_state(), "runs": max(1, args.runs),
                "workload": {**stamp, "dir": os.path.relpath(data, ROOT)}}
     load_start = os.getloadavg()[0]
     bench_run.warm_page_cache(data)
     results["inflaters"] = fastest_codec(data, env)
-    with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:  # untimed: fill the JIT cache
-        for name in names:
-            bench_run.measure(file_command(data, name, Path(scratch) / "warm.json"), env)
-    samples = measure_all(data, names, results["runs"], args.model_images, args.memory_images, env,
-                          results["inflaters"]["fastest"])
+    with tempfile.TemporaryDirectory(prefix="sgeval-loop-gt-") as gt_cache:
+        with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:  # untimed: fill the JIT cache, prepare
+            for name in names:                                                 # the GT
+                bench_run.measure(file_command(data, name, Path(scratch) / "warm.json", gt_cache=gt_cache), env)
+        results["gt_cache_entries"] = bench_run.gt_entries(gt_cache)
+        samples = measure_all(data, names, results["runs"], args.model_images, args.memory_images, env,
+                              results["inflaters"]["fastest"], gt_cache)
     results.update(summarise(samples, names, n_images))
     if args.vg_images:
         sample = bench_run.measure(child_command("vg", data, vg_images=args.vg_images), env)

@@ -316,12 +316,14 @@ def test_the_conversion_benchmark_streams_a_pairnet_pickle_and_converts_it(tmp_p
     assert [row["workers"] for row in report["runs"]] == [1, 2] and all(row["identical"] for row in report["runs"])
 
 
-def test_the_loop_benchmark_feeds_update_what_the_file_holds(workload):
+def test_the_loop_benchmark_feeds_update_what_the_file_holds(workload, tmp_path):
     """bench/loop.py's updates child at tiny scale: every record updated once (the image without
     relations too, untimed), the updates give the file path's results, the state and the
-    simulated model loop are measured."""
+    simulated model loop are measured; the Evaluator keeps its GT in the folder given."""
     from bench import loop
-    found = loop.time_updates(workload, "psg", model_images=2, model_step_s=0, memory_images=2)
+    found = loop.time_updates(workload, "psg", model_images=2, model_step_s=0, memory_images=2,
+                              gt_cache=tmp_path / "gt")
+    assert run.gt_entries(tmp_path / "gt") == 3
     assert (found["images"], found["records"]) == (3, 4) and found["update_ms"]["median"] > 0
     state = found["state"]
     assert (state["images"], state["extra"]) == (3, 1) and state["pickle_bytes"] > state["pickle_bytes_empty"] > 0
@@ -386,6 +388,10 @@ def test_the_loop_benchmark_runs_every_step_once_per_run(tmp_path):
     assert "--swap" in loop.child_command("updates", tmp_path, "psg", swap=True)
     assert "--config" in loop.file_command(tmp_path, "psg", tmp_path / "out.json")
     assert "--config" not in loop.file_command(tmp_path, "default", tmp_path / "out.json")
+    with_cache = loop.file_command(tmp_path, "psg", tmp_path / "out.json", gt_cache=tmp_path / "gt")
+    assert with_cache[with_cache.index("--gt-cache") + 1] == tmp_path / "gt"
+    command = loop.child_command("updates", tmp_path, "psg", gt_cache=tmp_path / "gt")
+    assert command[-2:] == ["--gt-cache", tmp_path / "gt"]
 
 
 def test_the_loop_benchmark_profiles_update_and_leaves_sgeval_as_it_was(workload):
