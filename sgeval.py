@@ -1997,6 +1997,8 @@ def _strip_pages(tiff, data, height, width, n_masks, needed, where):
     bits = _buffer("pred_bits", len(pages) * samples * n_words, np.uint64).reshape(-1, n_words)
     rows, view = bits.view(np.uint8), memoryview(data)
     direct = bits_per_pixel == 1 and width % 8 == 0
+    if direct and n_strips == 1 and first.compression != 1:
+        return _one_strip_masks(view, pages, samples, rows, height * row_bytes, needed, bits)
     pixels = None if direct else _buffer("tiff_pixels", height * row_bytes, np.uint8)
     for index in range(len(bits)):
         page, sample = pages[index // samples], index % samples
@@ -2012,6 +2014,26 @@ def _strip_pages(tiff, data, height, width, n_masks, needed, where):
                 pixels.reshape(height, row_bytes), axis=1)[:, :width])  # packbits: any non-zero byte is 1
             rows[index, :len(target)] = target
         rows[index, len(target):] = 0
+    return bits
+
+
+def _one_strip_masks(view, pages, samples, rows, size, needed, bits):
+    """_strip_pages' masks when each is one deflate strip of 1-bit rows of whole bytes (what
+    write_predictions writes): every strip inflated straight into its mask's packed row."""
+    rows[:, size:] = 0
+    index = 0
+    for page in pages:
+        offsets, counts = page.dataoffsets, page.databytecounts
+        if min(len(offsets), len(counts)) < samples:
+            raise ValueError(f"a page has {min(len(offsets), len(counts))} strips for its {samples} masks")
+        for offset, count in zip(offsets[:samples], counts[:samples]):
+            if needed is not None and index < len(needed) and not needed[index]:
+                rows[index] = 0
+            elif offset + count > len(view):
+                raise ValueError(f"a strip at byte {offset} runs past the end of the file")
+            elif len(_inflate(view[offset:offset + count], out=rows[index, :size])) != size:
+                raise ValueError(f"a strip inflates to fewer than its {size} bytes")
+            index += 1
     return bits
 
 
