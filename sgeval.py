@@ -367,7 +367,7 @@ LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 en
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line separators str.splitlines knows
 MAX_WORKERS = 64
 MAX_INSTANCES = 10_000  # instances of one prediction record
 MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
@@ -991,10 +991,12 @@ class Evaluator:
     def _add(self, table, key, record):
         """Count another update of a known image (or the first); different arrays are an error."""
         known = table.get(key)
+        image_id = key if table is self.extra else self.gt.images[key].image_id
         if known is not None and known.digest != record.digest:
-            image_id = key if table is self.extra else self.gt.images[key].image_id
             raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
                                f"duplicate must repeat the same arrays)"])
+        if known is not None and known.updates + record.updates > 2 ** 62:
+            raise SGEvalError([f"image {image_id}: more than 2**62 updates"])
         table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
 
     def state_dict(self):
@@ -1077,7 +1079,7 @@ class Evaluator:
     def _read_state(self, state):
         """{slot: ImageRecord}, {image id: ImageRecord}, other_records of a state_dict, after checking it."""
         where = "state_dict"
-        if not isinstance(state, dict) or state.get("sgeval_state") != 1:
+        if not isinstance(state, dict) or type(state.get("sgeval_state")) is not int or state["sgeval_state"] != 1:
             raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
         if not isinstance(state.get("fingerprint"), str) or state["fingerprint"] != self.fingerprint():
             raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
@@ -1251,8 +1253,8 @@ def _state_records(state, n_slots, skipped, settings):
     ValueError, KeyError, TypeError, IndexError or OverflowError when it is malformed."""
     slots, updates, digests, offsets = _state_arrays(state, ("slots", "updates", "digests", "offsets"), DIGEST)
     values = np.asarray(state["values"])
-    if values.dtype.kind not in "iu" or values.ndim != 1 or values.size and (values.astype(np.int64).min() < 0
-                                                                             or values.max() > 2 ** 62):
+    if values.ndim != 1 or values.size and (values.dtype.kind not in "iu" or values.astype(np.int64).min() < 0
+                                            or values.max() > 2 ** 62):
         raise ValueError("'values' must be one row of counts (non-negative integers)")
     if len(slots) and (slots.min() < 0 or slots.max() >= n_slots) or len(np.unique(slots)) < len(slots):
         raise ValueError("image slots out of range or repeated")
@@ -1283,7 +1285,8 @@ def _state_arrays(state, keys, digest_size, n=None):
     shapes = {"slots": (n,), "updates": (n,), "extra_updates": (n,), "digests": (n, digest_size),
               "extra_digests": (n, digest_size), "offsets": (n + 1,)}
     for key, array in zip(keys, arrays):
-        if array.shape != shapes[key] or array.dtype.kind not in "iu" or key.endswith("digests") and array.dtype != np.uint8:
+        if array.shape != shapes[key] or array.size and (array.dtype.kind not in "iu" or key.endswith("digests")
+                                                         and array.dtype != np.uint8):
             raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
                              + " and dtype uint8" * key.endswith("digests"))
     counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
@@ -1305,13 +1308,20 @@ def _numpy(value):
     return np.asarray(value)
 
 
+def _as_array(value, name, where, problems):
+    """_numpy(value), or None after a problem (whatever a tensor-like object's methods raise)."""
+    try:
+        return _numpy(value)
+    except Exception as error:  # noqa: BLE001 - a stranger's object: any of its methods may raise anything
+        problems.append(f"{where}: field '{name}' is not an array: {type(error).__name__}: {error}")
+        return None
+
+
 def _update_field(value, name, shape, kinds, where, problems):
     """An update argument as an int64 (kinds 'iu') or float64 ('iuf') array of the given shape
     (None = any length; an empty array of any shape is 0 rows), else None after a problem."""
-    try:
-        array = _numpy(value)
-    except (ValueError, TypeError, RuntimeError) as error:
-        problems.append(f"{where}: field '{name}' is not an array: {error}")
+    array = _as_array(value, name, where, problems)
+    if array is None:
         return None
     if array.shape == (0,) and len(shape) == 2:  # an empty list: no rows
         array = array.reshape(0, shape[1])
@@ -1330,8 +1340,8 @@ def _update_field(value, name, shape, kinds, where, problems):
     return None
 
 
-def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings,
-                  height=None, width=None):
+def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings, height,
+                  width):
     """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
     masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
     checked)."""
@@ -1358,7 +1368,8 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
     elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
         bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
         problems.append(f"{where}: instance {bad}: field 'boxes' has x2 < x1 or y2 < y1")
-    bits = update_masks(masks, n, height, width, where, problems) if settings.mode == "mask" and n else None
+    bits = update_masks(masks, n, height, width, where, problems) \
+        if settings.mode == "mask" and (n or masks is not None) else None
     if problems:
         raise SGEvalError(problems)
     triplets = rows["triplets"]
@@ -1373,32 +1384,43 @@ def update_masks(masks, n, height, width, where, problems):
         problems.append(f"{where}: field 'masks' is required in mask mode (gt_seg is set)")
         return None
     if isinstance(masks, Panoptic) or isinstance(masks, (tuple, list)) and len(masks) == 2 and \
-            getattr(masks[0], "ndim", None) == 2 and getattr(masks[1], "ndim", None) == 1:
+            _ndim(masks[0]) == 2 and _ndim(masks[1]) == 1:
         return _panoptic_masks(*masks, n, height, width, where, problems)
-    try:
-        array = _numpy(masks)
-    except (ValueError, TypeError, RuntimeError) as error:
-        problems.append(f"{where}: field 'masks' is not an array: {error}")
+    array = _as_array(masks, "masks", where, problems)
+    if array is None:
         return None
-    size = (height, width) if height is not None else array.shape[1:]
+    if n == 0 and array.shape in ((0,), (0, height, width)):  # no masks, of any dtype (nothing to threshold)
+        return np.zeros((0, _words(height * width)), np.uint64)
+    size = (height, width)
     if array.dtype.kind not in "biu":
         problems.append(f"{where}: field 'masks' must be bool or 0/1 integers, not {array.dtype} (float masks are "
                         f"not thresholded: compare them with your threshold first)")
     elif array.shape != (n, *size):
         problems.append(f"{where}: field 'masks' has shape {array.shape}; expected ({n}, {size[0]}, {size[1]}) "
                         f"(one mask per instance, the GT image's height and width)")
-    elif array.dtype.kind != "b" and (array.min() < 0 or array.max() > 1):
+    elif array.dtype.kind != "b" and array.size and (array.min() < 0 or array.max() > 1):
         problems.append(f"{where}: field 'masks' holds values other than 0 and 1")
     else:
         return pack_masks(array.view(bool) if array.dtype.itemsize == 1 else array != 0)
     return None
 
 
+def _ndim(value):
+    """The number of dimensions of an array, tensor or nested list (-1 for anything else)."""
+    ndim = getattr(value, "ndim", None)
+    if isinstance(ndim, int):
+        return ndim
+    try:
+        return np.ndim(value) if isinstance(value, (list, tuple)) else -1
+    except (ValueError, TypeError):
+        return -1
+
+
 def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems):
     """Packed masks of the Panoptic form (see update_masks)."""
     before = len(problems)
     ids = _update_field(segment_ids, "masks (segment ids)", (n,), "iu", where, problems)
-    size = (height, width) if height is not None else (None, None)
+    size = (height, width)
     image = _update_field(segment_map, "masks (segment map)", size, "iu", where, problems)
     if len(problems) > before:
         return None
@@ -1775,6 +1797,8 @@ def pack_masks(masks_PHW):
     """Boolean (P, H, W) masks -> packed (P, W) uint64 rows (the kernels' input)."""
     masks_PHW = np.asarray(masks_PHW, bool)
     packed = np.packbits(masks_PHW.reshape(len(masks_PHW), -1 if len(masks_PHW) else 0), axis=1)
+    if packed.shape[1] % 8 == 0 and packed.flags.c_contiguous:  # whole words already (640 x 480 is): no copy
+        return packed.view(np.uint64)
     words = np.zeros((len(packed), _words(8 * packed.shape[1])), np.uint64)
     words.view(np.uint8)[:, :packed.shape[1]] = packed
     return words
