@@ -17,9 +17,10 @@
 #                           pred (if that is missing or stale, sgeval_convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>; WORKERS=<n> for both steps
-#   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
-#                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both),
-#                           then Evaluator.update in a test loop and its state's size (bench/loop.py; LOOP=0: not)
+#   make bench              time sgeval (GT prepared and cold) against SGBench 1.0 and the library floor on three
+#                           PSG-sized workloads of 2,177 images (default, overlap-heavy, blob; QUICK=1: 200; RUNS=3;
+#                           WORKLOAD=default|overlap|blob|both|all), then Evaluator.update in a test loop and its
+#                           state's size (bench/loop.py; LOOP=0: not); every target with ok / MISSED
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
@@ -133,10 +134,10 @@ eval: $(STAMP)
 	  $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(WORKERS),--workers $(WORKERS))
 
 # Benchmark (bench/README.md): sgeval against SGBench 1.0 (own venv, bench/.venv-sgbench) and the
-# library floor, on two PSG-scale workloads generated once into bench/data/. Not part of `make test`.
+# library floor, on three PSG-scale workloads generated once into bench/data/. Not part of `make test`.
 RUNS ?= 3
 QUICK ?=
-WORKLOAD ?= both
+WORKLOAD ?= all
 LOOP ?= 1
 bench: $(STAMP)
 	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick) \

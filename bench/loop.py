@@ -12,7 +12,10 @@ that alternates from run to run:
   of the workload's ``compact.zip`` (file order), its masks are decoded to (P, H, W) bool arrays
   outside the timed region (``sgeval.prediction_records``, ``sgeval.load_pred_masks``,
   ``np.unpackbits``), then ``ev.update(image_id, labels=, triplets=, ng_triplets=, masks=,
-  scores=)`` alone is timed. Then the state is measured (the pickle of ``state_dict()`` and the
+  scores=)`` is timed until it returns (it checks and packs the masks, then hands the image to
+  the Evaluator's thread) and until the image's evaluation there has ended too (``ev._drain()``,
+  the wait every public method of the Evaluator starts with): the image's whole cost, nothing
+  else running beside it. Then the state is measured (the pickle of ``state_dict()`` and the
   objects of ``ev.images`` / ``ev.extra``), ``compute()`` runs (its metrics must be the file
   path's), and a simulated model loop follows: for each of the first ``--model-images`` images a
   model step (``time.sleep``, standing for GPU inference that leaves the CPU idle) alone and a
@@ -20,6 +23,11 @@ that alternates from run to run:
 * file path: ``sgeval.py --pred compact.zip --workers 1`` with the same config (wall / evaluated
   images: start-up, reading the GT and computing the results included).
 * library floor: ``python -m bench.decode_floor --pred compact.zip --workers 1`` (once per run).
+
+The updates and the file path read the GT from one GT cache folder (``gt_cache``), new for the
+invocation and prepared by an untimed run of the file path per config before the timed runs: the
+GT is prepared, as for an Evaluator from its second validation epoch on. Target (issue 30): the
+mean per image of update and its evaluation <= the file path's per image minus the floor's.
 
 Once: ``tracemalloc`` around the updates of the first ``--memory-images`` images (run 1), and a
 box-mode run of ``--vg-images`` images on a generated VG150-like GT (``--child vg``) whose state
@@ -51,6 +59,7 @@ CONFIGS = {  # name -> (YAML file or None, label)
 }
 MODEL_STEP_S = 0.1  # the simulated model's inference per image
 LOSS_TARGET = 0.05  # a 100 ms/image model loses less than 5 % to in-loop evaluation
+UPDATE_TARGET = 1.0  # issue 30: update's per-image cost <= the file path's minus the floor's, at W=1
 STATE_TARGET_BYTES = 2048  # per evaluated image at PSG scale
 VG_TEST_IMAGES, VG_TARGET_MIB = 26_446, 100.0
 COMPARED = ("images", "metrics", "per_predicate", "by_protocol", "protocol_audit", "predicate_confusion")
@@ -138,16 +147,18 @@ def _ms(values):
             "max": 1000 * max(values), "total_s": sum(values)} if values else None
 
 
-def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory_images=0, swap=False):
+def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory_images=0, swap=False,
+                 gt_cache=None):
     """The updates child (see the module docstring): per-image wall and CPU times of update, the
     state's size, compute()'s results, the simulated model loop; with memory_images, the traced
-    memory growth of the state per image over the updates of that many images."""
+    memory growth of the state per image over the updates of that many images. gt_cache: the
+    Evaluator's GT cache folder (None: the config's default)."""
     import gc
     import tracemalloc
 
     import sgeval
 
-    config = load_config(name, data)
+    config = load_config(name, data, **({"gt_cache": str(gt_cache)} if gt_cache else {}))
     start = time.perf_counter()
     evaluator, source, records, sizes, problems = workload_images(data, config)
     init_s = time.perf_counter() - start
@@ -162,22 +173,25 @@ def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory
     evaluator.reset()
     empty_pickle = len(pickle.dumps(evaluator.state_dict(), protocol=pickle.HIGHEST_PROTOCOL))
 
-    walls, cpus, decode_s = [], [], []
+    times, decode_s = {key: [] for key in ("update", "update_cpu", "evaluated", "evaluated_cpu")}, []
     for pred in records:
         start = time.perf_counter()
         masks = decoded(source, pred, sizes)
         decode_s.append(time.perf_counter() - start)
         wall, cpu = time.perf_counter(), time.process_time()
         evaluator.update(pred.image_id, **arguments(pred, masks))
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        returned_wall, returned_cpu = time.perf_counter(), time.process_time()
+        evaluator._drain()  # wait for the image's evaluation in the Evaluator's thread (every public method does)
+        done_wall, done_cpu = time.perf_counter(), time.process_time()
         if pred.image_id in evaluator.slot_of:  # test images without relations are updated, not timed
-            walls.append(wall)
-            cpus.append(cpu)
+            for key, value in (("update", returned_wall - wall), ("update_cpu", returned_cpu - cpu),
+                               ("evaluated", done_wall - wall), ("evaluated_cpu", done_cpu - cpu)):
+                times[key].append(value)
         del masks
     state = state_size(evaluator, empty_pickle)
     results = evaluator.compute()
-    found = {"config": name, "images": len(walls), "records": len(records), "evaluator_init_s": init_s,
-             "warm_up_update_s": warm_up_s, "update_ms": _ms(walls), "update_cpu_ms": _ms(cpus),
+    found = {"config": name, "images": len(times["update"]), "records": len(records), "evaluator_init_s": init_s,
+             "warm_up_update_s": warm_up_s, **{f"{key}_ms": _ms(values) for key, values in times.items()},
              "decode_ms": _ms(decode_s), "state": state,
              "results": {key: results.get(key) for key in COMPARED}}
 
@@ -213,6 +227,7 @@ def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory
                 evaluator.update(pred.image_id, **arguments(pred, masks))
                 del masks
                 if index in (half, len(todo)):
+                    evaluator._drain()  # no evaluation pending (it holds the image's packed masks)
                     gc.collect()
                     marks[index] = tracemalloc.get_traced_memory()[0]
         finally:
@@ -413,13 +428,13 @@ def child_command(kind, data, name=None, **options):
     return command
 
 
-def file_command(data, name, output, pred=None):
+def file_command(data, name, output, pred=None, gt_cache=None):
     """sgeval.py with one worker and the config (as the updates child builds it) on compact.zip
-    (or pred)."""
+    (or pred), with the GT cache folder gt_cache (None: the default one)."""
     path, _ = CONFIGS[name]
     return [sys.executable, SGEVAL, *(["--config", path] if path else []), "--gt", data / "psg.json",
             "--gt-seg", data / "panoptic", "--pred", pred or data / "compact.zip", "--workers", 1, "--quiet",
-            "--output", output]
+            *(["--gt-cache", gt_cache] if gt_cache else []), "--output", output]
 
 
 def floor_command(data, codec=None, pred=None):
@@ -454,8 +469,9 @@ def _failed(sample):
     return f"exit {sample['returncode']}: {sample['stderr'].strip()[-1500:]}"
 
 
-def measure_all(data, names, runs, model_images, memory_images, env, codec):
-    """Every run's samples: {(kind, name): [measure() dicts, the updates ones with the child's JSON]}."""
+def measure_all(data, names, runs, model_images, memory_images, env, codec, gt_cache=None):
+    """Every run's samples: {(kind, name): [measure() dicts, the updates ones with the child's JSON]}.
+    gt_cache: the folder of the prepared GT, for the updates and the file path."""
     samples = {}
     with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:
         output, empty = Path(scratch) / "results.json", write_empty_prediction(Path(scratch) / "empty.zip")
@@ -463,9 +479,10 @@ def measure_all(data, names, runs, model_images, memory_images, env, codec):
             for kind, name in run_order(run, names):
                 if kind == "updates":
                     command = child_command("updates", data, name, model_images=model_images,
-                                            memory_images=memory_images if run == 1 else 0, swap=run % 2 == 0)
+                                            memory_images=memory_images if run == 1 else 0, swap=run % 2 == 0,
+                                            **({"gt_cache": gt_cache} if gt_cache else {}))
                 elif kind.startswith("file"):
-                    command = file_command(data, name, output, empty if kind == "file-empty" else None)
+                    command = file_command(data, name, output, empty if kind == "file-empty" else None, gt_cache)
                 else:
                     command = floor_command(data, codec, empty if kind == "floor-empty" else None)
                 sample = bench_run.measure(command, env)
@@ -494,7 +511,7 @@ def _busy_elsewhere(samples):
     return _median(s["other_cpu_s"] / s["wall_s"] for s in samples)
 
 
-CLOCKS = {"wall": ("wall_s", "update_ms"), "cpu": ("cpu_s", "update_cpu_ms")}  # command key, updates child key
+CLOCKS = {"wall": ("wall_s", "evaluated_ms"), "cpu": ("cpu_s", "evaluated_cpu_ms")}  # command key, child key
 
 
 def summarise(samples, names, n_images):
@@ -522,7 +539,9 @@ def summarise(samples, names, n_images):
         clocks = {}
         for clock, (key, child_key) in CLOCKS.items():
             update_ms = _median(c[child_key]["mean"] for c in children)
-            row = {"update_ms_mean": update_ms}
+            row = {"update_ms_mean": _median(c[child_key.replace("evaluated", "update")]["mean"] for c in children),
+                   "evaluated_ms_median": _median(c[child_key]["median"] for c in children),
+                   "evaluated_ms_mean": update_ms}
             for tail, marginal in (("", False), ("_marginal", True)):
                 beyond = per_image("file", name, key, marginal) - floor[clock]["marginal_ms_per_image" if marginal
                                                                                else "ms_per_image"]
@@ -560,6 +579,10 @@ def _verdict(ok):
     return "ok" if ok else "MISSED"
 
 
+def _value(value):
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def report(results):
     m, w = results["machine"], results["workload"]
     params, n = w["params"], w["params"]["n_images"]
@@ -570,10 +593,13 @@ def report(results):
         f"machine: {m['cpu_model']}, nproc {m['nproc']}, {m['memory_gib']} GiB, Python {m['python']}; {m['date']}; "
         f"load average {results['load_average'][0]:.2f} at start, {results['load_average'][1]:.2f} at end; "
         f"sgeval.py {results['source']['sgeval_sha256']} (HEAD {results['source']['git_head']}"
-        + (", modified" if results["source"]["sgeval_modified"] else "") + ")",
+        + (", modified" if results["source"]["sgeval_modified"] else "") + ")"
+        + (f"; GT prepared ({results['gt_cache_entries']} entries in the updates' and the file path's GT cache folder)"
+           if "gt_cache_entries" in results else ""),
         "",
-        f"{'ms per evaluated image':<28}{'update':>8}{'update':>8}{'file':>8}{'floor':>8}{'file -':>8}{'update /':>10}",
-        f"{'':<28}{'median':>8}{'mean':>8}{'path':>8}{'':>8}{'floor':>8}{'(f - fl)':>10}",
+        f"{'ms per evaluated image':<28}{'update':>8}{'update':>8}{'+ eval':>8}{'+ eval':>8}{'file':>8}{'floor':>8}"
+        f"{'file -':>8}{'+ eval /':>10}",
+        f"{'':<28}{'median':>8}{'mean':>8}{'median':>8}{'mean':>8}{'path':>8}{'':>8}{'floor':>8}{'(f - fl)':>10}",
     ]
     floor = results["floor"]
     for name, c in results["configs"].items():
@@ -581,22 +607,30 @@ def report(results):
             row, ratio = c[clock], c[clock]["update_over_file_minus_floor" + tail]
             median = c["update_ms" if clock == "wall" else "update_cpu_ms"]["median"]
             head = f"{name if clock == 'wall' and not tail else '':<10}{clock + (', marginal' if tail else ''):<18}"
-            head += f"{median:8.2f}{row['update_ms_mean']:8.2f}" if not tail else f"{'':<16}"
+            head += (f"{median:8.2f}{row['update_ms_mean']:8.2f}{row['evaluated_ms_median']:8.2f}"
+                     f"{row['evaluated_ms_mean']:8.2f}" if not tail else f"{'':<32}")
             lines.append(head + f"{row['file' + tail + '_ms_per_image']:8.2f}"
                          f"{floor[clock]['marginal_ms_per_image' if tail else 'ms_per_image']:8.2f}"
                          f"{row['file_minus_floor' + tail + '_ms']:8.2f}"
                          + (f"{ratio:10.2f}" if ratio is not None else f"{'n/a':>10}"))
     lines += [
         "  " + "; ".join(f"{name}: {c['label']}" for name, c in results["configs"].items()),
-        "  update: ev.update alone, masks given as (P, H, W) bool arrays (median and mean over the images); file "
-        "path: sgeval.py --workers 1 on compact.zip, time / images; floor: bench.decode_floor W=1; marginal: (time "
-        "- time on a prediction without records) / images, i.e. without start-up, reading the GT and computing the "
-        "results; the ratio uses the update mean; cpu: user + system time",
+        "  update: ev.update until it returns, masks given as (P, H, W) bool arrays (median and mean over the "
+        "images); + eval: until the image's evaluation in the Evaluator's thread has ended too (the image's whole "
+        "cost); file path: sgeval.py --workers 1 on compact.zip, time / images; floor: bench.decode_floor W=1; "
+        "marginal: (time - time on a prediction without records) / images, i.e. without start-up, reading the GT "
+        "and computing the results; the ratio uses the + eval mean; cpu: user + system time (all threads)",
         "  CPUs kept busy by other work meanwhile (median; 0 on an idle machine): " + "; ".join(
             f"{name}: updates {c['updates_busy_elsewhere_cpus']:.2f}, file path {c['file_busy_elsewhere_cpus']:.2f}"
             for name, c in results["configs"].items()) + f"; floor {floor['busy_elsewhere_cpus']:.2f}",
     ]
     lines.append("")
+    for name, c in results["configs"].items():
+        for clock in ("wall", "cpu"):
+            ratio = c[clock]["update_over_file_minus_floor"]
+            lines.append(f"{name}: update + evaluation mean / (file path - floor), {clock}: {_value(ratio)} (marginal "
+                         f"{_value(c[clock]['update_over_file_minus_floor_marginal'])}; target <= {UPDATE_TARGET:g})  "
+                         f"{_verdict(ratio is not None and ratio <= UPDATE_TARGET)}")
     for name, c in results["configs"].items():
         model = c["model"]
         lines.append(f"{name}: loss for a {1000 * MODEL_STEP_S:.0f} ms/image model (mean update / "
@@ -641,8 +675,7 @@ def report(results):
 
 def results_path(data, n_images):
     workload = json.loads((data / "stamp.json").read_text())["params"].get("workload", "default")
-    name = f"loop-{n_images}.json" if workload == "overlap" else f"loop-{workload}-{n_images}.json"
-    return ROOT / "bench" / "results" / name
+    return bench_run.loop_results_path(workload, n_images)
 
 
 def fastest_codec(data, env):
@@ -668,6 +701,7 @@ def main(argv=None):
                         help="only profile the updates of the first config in this process (cProfile, CPU time)")
     parser.add_argument("--child", choices=["updates", "vg"], help=argparse.SUPPRESS)
     parser.add_argument("--swap", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gt-cache", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     data = Path(os.path.abspath(args.data))  # a symlinked workload keeps its name
     names = [name.strip() for name in args.config_protocols.split(",") if name.strip()]
@@ -675,7 +709,8 @@ def main(argv=None):
     if unknown or not names:
         parser.error(f"--config-protocols: unknown {', '.join(unknown) or 'none given'}; valid: {', '.join(CONFIGS)}")
     if args.child == "updates":
-        print(json.dumps(time_updates(data, names[0], args.model_images, MODEL_STEP_S, args.memory_images, args.swap)))
+        print(json.dumps(time_updates(data, names[0], args.model_images, MODEL_STEP_S, args.memory_images, args.swap,
+                                      args.gt_cache or None)))
         return 0
     if args.child == "vg":
         print(json.dumps(vg_state(args.vg_images)))
@@ -686,17 +721,19 @@ def main(argv=None):
 
     stamp = json.loads((data / "stamp.json").read_text())
     n_images = stamp["params"]["n_images"]
-    env = {key: value for key, value in os.environ.items() if key != "SGEVAL_NO_JIT_CACHE"}
+    env = {key: value for key, value in os.environ.items() if key not in ("SGEVAL_NO_JIT_CACHE", "SGEVAL_GT_CACHE")}
     results = {"machine": bench_run.machine(), "source": bench_run.source_state(), "runs": max(1, args.runs),
                "workload": {**stamp, "dir": os.path.relpath(data, ROOT)}}
     load_start = os.getloadavg()[0]
     bench_run.warm_page_cache(data)
     results["inflaters"] = fastest_codec(data, env)
-    with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:  # untimed: fill the JIT cache
-        for name in names:
-            bench_run.measure(file_command(data, name, Path(scratch) / "warm.json"), env)
-    samples = measure_all(data, names, results["runs"], args.model_images, args.memory_images, env,
-                          results["inflaters"]["fastest"])
+    with tempfile.TemporaryDirectory(prefix="sgeval-loop-gt-") as gt_cache:
+        with tempfile.TemporaryDirectory(prefix="sgeval-loop-") as scratch:  # untimed: fill the JIT cache, prepare
+            for name in names:                                                 # the GT
+                bench_run.measure(file_command(data, name, Path(scratch) / "warm.json", gt_cache=gt_cache), env)
+        results["gt_cache_entries"] = bench_run.gt_entries(gt_cache)
+        samples = measure_all(data, names, results["runs"], args.model_images, args.memory_images, env,
+                              results["inflaters"]["fastest"], gt_cache)
     results.update(summarise(samples, names, n_images))
     if args.vg_images:
         sample = bench_run.measure(child_command("vg", data, vg_images=args.vg_images), env)
