@@ -7,18 +7,20 @@
 #   make demo               make the synthetic demo data (if missing), evaluate configs/demo.yaml (Model A) and
 #                           Model B, and write their report: demo/report.md (every table) and demo/plots/
 #   make figures            regenerate the README's table and figure (docs/) from the demo
-#   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): convert.vg150,
-#                           convert.zeroshot, convert.sgb (PredCls), then configs/vg150-demo.yaml
+#   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): the converters
+#                           vg150, zeroshot and sgb (PredCls), then configs/vg150-demo.yaml
 #   make test               run the test suite (with the service's browser tests in headless chromium)
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
 #                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
 #                           recipe) exists, first convert the raw model output it names into the config's
-#                           pred (if that is missing or stale, convert/README.md).
+#                           pred (if that is missing or stale, sgeval_convert/README.md).
 #                           Paths can be overridden: RAW=<raw output> GT=<psg.json> GT_SEG=<panoptic root>
 #                           PRED=<converted .zip> OUTPUT=<metrics .json>; WORKERS=<n> for both steps
-#   make bench              time sgeval against SGBench 1.0 and the library floor on two PSG-sized workloads of
-#                           2,177 images (default and overlap-heavy; QUICK=1: 200; RUNS=3; WORKLOAD=default|overlap|both)
+#   make bench              time sgeval (GT prepared and cold) against SGBench 1.0 and the library floor on three
+#                           PSG-sized workloads of 2,177 images (default, overlap-heavy, blob; QUICK=1: 200; RUNS=3;
+#                           WORKLOAD=default|overlap|blob|both|all), then Evaluator.update in a test loop and its
+#                           state's size (bench/loop.py; LOOP=0: not); every target with ok / MISSED
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
@@ -129,18 +131,20 @@ eval: $(STAMP)
 	@if [ ! -f "configs/$(MODEL).yaml" ]; then \
 	  echo "make eval: configs/$(MODEL).yaml does not exist; available:" $$(ls configs | sed -n 's/\.yaml$$//p') >&2; \
 	  exit 2; fi
-	$(PY) -m convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS) \
+	$(PY) sgeval.py convert --config "configs/$(MODEL).yaml" $(if $(RAW),--raw "$(RAW)") $(EVAL_PATHS) \
 	  $(if $(WORKERS),--workers $(WORKERS))
 	$(PY) sgeval.py --config "configs/$(MODEL).yaml" $(EVAL_PATHS) $(if $(GT_SEG),--gt-seg "$(GT_SEG)") \
 	  $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(WORKERS),--workers $(WORKERS))
 
 # Benchmark (bench/README.md): sgeval against SGBench 1.0 (own venv, bench/.venv-sgbench) and the
-# library floor, on two PSG-scale workloads generated once into bench/data/. Not part of `make test`.
+# library floor, on three PSG-scale workloads generated once into bench/data/. Not part of `make test`.
 RUNS ?= 3
 QUICK ?=
-WORKLOAD ?= both
+WORKLOAD ?= all
+LOOP ?= 1
 bench: $(STAMP)
-	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick)
+	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick) \
+	  $(if $(filter 0,$(LOOP)),--no-loop)
 
 # Converting a generated Pair-Net-like results pickle of GB gigabytes (1 and 30 by default) with 1 and 2 workers.
 GB ?= 1,30

@@ -49,7 +49,7 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
   count as ``extra_predictions``. The same image updated again with identical arrays counts once
   (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
   arrays it is an error naming the image (a model whose output depends on the batch, as with
-  padding to the batch's largest image, should skip the sampler's repeats: convert/README.md).
+  padding to the batch's largest image, should skip the sampler's repeats: sgeval_convert/README.md).
   Results never depend on the order of updates or merges.
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
   image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
@@ -77,8 +77,9 @@ best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets".
 How one image flows
 -------------------
 1. GT. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays (``Evaluator`` does it
-   once). ``load_gt_masks`` decodes an image's panoptic PNG (imagecodecs) and packs each segment
-   into a row of 64-bit words (``pack_segments``).
+   once). ``prepared_gt_masks`` takes an image's packed segments from the GTCache, or has
+   ``load_gt_masks`` decode its panoptic PNG (imagecodecs) and pack each segment into a row of
+   64-bit words (``pack_segments``).
 2. Update. ``Evaluator.update`` checks its arrays (``update_arrays``, ``update_masks``: masks
    packed with ``pack_masks``) into a ``PredImage``; the file path reads triplets.json record by
    record into the same ``PredImage`` (``prediction_records``) and ``update_from_file`` hands each
@@ -105,8 +106,8 @@ Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in 
 with at least one relation; of the other entries (the training split) only ``segments_info``
 category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
 box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
-Visual Genome (VG150) and GQA-200 come in the same shape, box mode: the converters in the
-repository's convert/ folder write it from Scene-Graph-Benchmark's files.
+Visual Genome (VG150) and GQA-200 come in the same shape, box mode: ``sgeval convert``
+(sgeval_convert, installed with sgeval) writes it from Scene-Graph-Benchmark's files.
 
 Predictions (SGBench v1 format, read compatibly)
 ------------------------------------------------
@@ -137,8 +138,11 @@ integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); 
 finite numbers (GT and predictions, both modes); ``triplets`` and ``relations`` are lists of
 ``[3 integers]`` rows (``[[]]`` and ``null`` are malformed; ``ng_triplets: null`` means not
 given); ``version`` is the integer 1; a ZIP member name appears once; a GT image's segment ids are
-distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a cut-off is
-ASCII digits or x and a decimal number. Limits: ``workers`` <=
+distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a file that
+is read is a regular file (not a directory, device, FIFO or socket); a cut-off is ASCII digits,
+or x and a decimal number without an exponent (``20``, ``x10``, ``x.5``), and its label is kept as
+written (a later label of the same cut-off is left out). One pass keeps its first MAX_PROBLEMS
+(1,000) problem lines and counts the rest in a last line. Limits: ``workers`` <=
 MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
 MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
 record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
@@ -257,6 +261,16 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   denominators (``gt_relations``, ``gt_pairs``, ``gt_zeroshot``, ``gt_instances``; 0 where the
   protocol leaves the image out)} and ``audit`` (the audit counts, when on).
 
+Prepared ground truth
+---------------------
+In mask mode each GT image's segments, packed, and their ``mask_boxes`` are kept (``GTCache``):
+LZ4-compressed in a folder (``gt_cache``; default the user cache folder, ``default_gt_cache``;
+bounded by SGEVAL_GT_CACHE_MIB, the oldest entries go first) and, in an Evaluator, in memory
+(SGEVAL_GT_MEMORY_MIB). An entry's name is the SHA-256 of the layout's version, the image's
+``image_id``, size and segment ids and the PNG's bytes; its content carries its own SHA-256, so a
+truncated or tampered entry is ignored and prepared again. ``gt_cache: false`` decodes every PNG.
+The results are the same bits either way.
+
 Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
 masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 A packed mask holds the H x W pixels row by row, eight to a byte, the first pixel in the highest
@@ -292,7 +306,6 @@ from pathlib import Path, PurePosixPath
 
 import click
 import imagecodecs
-import numba
 import numpy as np
 import tifffile
 import yaml
@@ -303,6 +316,35 @@ log = logging.getLogger("sgeval")
 # Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
 # release the GIL: an Evaluator's threads run them while the model's thread runs Python.
 _JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
+_KERNELS, _KERNELS_LOCK = [], threading.Lock()  # the functions @_kernel marks, compiled at the first call of one
+
+
+class _Kernel:
+    """A numba kernel before numba is imported: importing sgeval (``sgeval --help``) neither
+    imports numba nor compiles anything. The first call of any kernel puts numba's njit
+    dispatchers of all of them in the module (kernels call each other through it) and runs."""
+
+    def __init__(self, function):
+        self.py_func, self.__name__, self.__doc__ = function, function.__name__, function.__doc__
+
+    def __call__(self, *args):
+        return _numba_kernels()[self.__name__](*args)
+
+
+def _kernel(function):
+    _KERNELS.append(function.__name__)
+    return _Kernel(function)
+
+
+def _numba_kernels():
+    """The module's globals, every kernel in them made a numba dispatcher (once)."""
+    module = globals()
+    with _KERNELS_LOCK:  # an Evaluator's threads may call their first kernels at once
+        if isinstance(module[_KERNELS[-1]], _Kernel):
+            import numba  # noqa: PLC0415 - on first use: it takes longer to import than the rest of sgeval
+            for name in _KERNELS:
+                module[name] = numba.njit(cache=_JIT_CACHE, nogil=True)(module[name].py_func)
+    return module
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
 DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
@@ -325,19 +367,60 @@ LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 en
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line separators str.splitlines knows
 MAX_WORKERS = 64
 MAX_INSTANCES = 10_000  # instances of one prediction record
 MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
 
 
+MAX_PROBLEMS = 1000  # problem lines of one pass that are kept and shown; the rest are counted
+
+
 class SGEvalError(ValueError):
-    """Bad input. ``problems`` holds one line per problem (file, image id, field)."""
+    """Bad input. ``problems`` holds one line per problem (file, image id, field): the first
+    MAX_PROBLEMS, then one line counting the rest."""
 
     def __init__(self, problems):  # control characters (a newline in an image id) shown escaped, long lines cut
-        self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in problems]
+        kept = list(itertools.islice(problems, MAX_PROBLEMS))
+        more = max(len(problems) - len(kept), 0)
+        self.problems = [_CONTROL.sub(lambda m: repr(m.group())[1:-1], problem) for problem in kept]
         self.problems = [p if len(p) <= 1000 else f"{p[:1000]}... ({len(p)} characters)" for p in self.problems]
+        self.problems += [f"... and {more} more problems (the first {MAX_PROBLEMS} are listed)"] * bool(more)
         super().__init__("\n".join(self.problems))
+
+
+class ProblemList(list):
+    """The problem lines of one pass: the first MAX_PROBLEMS are kept, the others only counted;
+    len() counts them all (readers compare it before and after a check)."""
+
+    def __init__(self, lines=()):
+        super().__init__()
+        self.count = 0
+        self.extend(lines)
+
+    def append(self, line):
+        self.count += 1
+        if super().__len__() < MAX_PROBLEMS:
+            super().append(line)
+
+    def extend(self, lines):
+        for line in lines:
+            self.append(line)
+
+    def __iadd__(self, lines):
+        self.extend(lines)
+        return self
+
+    def __len__(self):
+        return self.count
+
+
+def _regular_file(path, what):
+    """SGEvalError unless path is a regular file (a directory, a device, a FIFO or a socket is
+    not read: reading one can block or never end)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "not a regular file (a device, FIFO or socket)"
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +451,8 @@ class Config:
     per_predicate: bool = False  # print the per-predicate table
     confusion_k: str = "50"  # the cut-off of the predicate confusion counts
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
-    workers: int = 1  # processes decoding and matching images
+    workers: int = 1  # processes decoding and matching images (an Evaluator: threads)
+    gt_cache: object = None  # prepared GT images: a folder; None: the user cache folder; False: none
     output: str | None = None  # JSON results file
     per_image: str | None = None  # JSON Lines file of every image's hits
     model: str | None = None  # the model's name in reports (default: the results file's name)
@@ -377,7 +461,7 @@ class Config:
 _CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
 
 
-_K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # ASCII digits only
+_K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)")  # ASCII digits, a decimal point, no exponent
 
 
 def parse_k(label):
@@ -400,19 +484,21 @@ def _as_list(value):
 
 
 def _k_labels(key, value, relative_allowed, source, problems):
-    labels = []
+    """The cut-off labels as written (spaces around them dropped), one per cut-off: a later label
+    of the same cut-off ('020' after '20', 'x10.0' after 'x10') is left out."""
+    labels = {}
     for item in _as_list(value):
         try:
             k, relative = parse_k(item)
             if relative and not relative_allowed:
                 raise ValueError(item)
-            labels.append(f"x{k:g}" if relative else str(k))
+            labels.setdefault((k, relative), str(item).strip())
         except ValueError:
             problems.append(f"{source}: {key} value '{item}' is not a positive integer"
                             + " or x<factor>" * relative_allowed)
     if not _as_list(value):
         problems.append(f"{source}: '{key}' needs at least one value")
-    return tuple(dict.fromkeys(labels))
+    return tuple(labels.values())
 
 
 def _one_k_label(key, value, source, problems):
@@ -462,10 +548,21 @@ def make_config(values, source="config", need_pred=False):
                     iou_threshold=_number("iou_threshold", merged["iou_threshold"], 0, 1, source, problems, True),
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
-                    per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers)
+                    per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
+                    gt_cache=_gt_cache_value(merged["gt_cache"], source, problems))
     if problems:
         raise SGEvalError(problems)
     return config
+
+
+def _gt_cache_value(value, source, problems):
+    """gt_cache: a folder (a non-empty string), None / true (the user cache folder) or false (none)."""
+    if value is None or value is True:
+        return None
+    if value is False or isinstance(value, str) and value.strip():
+        return value
+    problems.append(f"{source}: gt_cache must be a folder, true (the user cache folder) or false (no cache)")
+    return None
 
 
 def load_config(path=None, *, need_pred=False, **overrides):
@@ -473,6 +570,7 @@ def load_config(path=None, *, need_pred=False, **overrides):
     values = {}
     if path is not None:
         try:
+            _regular_file(path, "YAML config")
             values = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:  # ValueError: not UTF-8
             raise SGEvalError([f"{path}: cannot read YAML config: {' '.join(str(error).split())}"]) from None
@@ -618,7 +716,7 @@ def read_gt(gt_path, seg_root=None):
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
     test_ids = {str(i) for i in data["test_image_ids"]}
-    problems, images, skipped, seen, train = [], [], {}, set(), []
+    problems, images, skipped, seen, train = ProblemList(), [], {}, set(), []
     for kind, names in (("object (thing_classes + stuff_classes)", objects), ("predicate_classes", predicates)):
         if not _types(names) <= {str} or len(set(names)) < len(names):
             problems.append(f"{gt_path}: the {kind} names must be distinct strings")
@@ -677,6 +775,7 @@ def read_gt(gt_path, seg_root=None):
 def _load_annotations(path, keys, what="JSON"):
     """A psg.json-like file whose given top-level fields are lists, decoded one value at a time;
     each 'data' entry is compacted as soon as it is read."""
+    _regular_file(path, what)
     try:
         with open(path, "rb") as handle:
             stream = _JSONStream(handle)
@@ -737,7 +836,7 @@ def training_statistics(entries, n_objects, n_predicates, path, problems):
 def read_training(path, n_objects, n_predicates):
     """training_statistics() of another annotation file (its entries outside its test_image_ids)."""
     data = _load_annotations(path, ("data",), "training annotations (JSON)")
-    test_ids, problems = {str(i) for i in data.get("test_image_ids") or []}, []
+    test_ids, problems = {str(i) for i in data.get("test_image_ids") or []}, ProblemList()
     training = training_statistics([e for e in data["data"] if not isinstance(e, _Entry) or e.image_id not in test_ids],
                                    n_objects, n_predicates, path, problems)
     if problems:
@@ -749,6 +848,7 @@ def read_zeroshot(path, n_objects, n_predicates):
     """Zero-shot triplet types from JSON ([[s_cat, o_cat, p], ...]) or CSV (3 integer columns, an
     optional header line)."""
     try:
+        _regular_file(path, "zero-shot triplets")
         text = Path(path).read_text()
         if str(path).endswith(".json"):
             rows = [(f"row {i}", row) for i, row in enumerate(json.loads(text) or [None])]
@@ -759,7 +859,7 @@ def read_zeroshot(path, n_objects, n_predicates):
             rows = rows[1:] if rows and type(rows[0][1][0]) is str else rows  # a header line
     except (OSError, ValueError, TypeError, RecursionError) as error:
         raise SGEvalError([f"{path}: cannot read zero-shot triplets: {error}"]) from None
-    problems, types = [], set()
+    problems, types = ProblemList(), set()
     for where, row in rows:
         if not (isinstance(row, list) and len(row) == 3 and _types(row) <= {int}):
             problems.append(f"{path}: {where}: expected [subject category, object category, predicate] "
@@ -811,6 +911,9 @@ class Evaluator:
         mark_zeroshot(self.gt.images, self.training.types, given)
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
         self.settings = settings_of(self.config, n_predicates)
+        folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
+        self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
+            and self.config.gt_cache is not False else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
         self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
@@ -857,7 +960,7 @@ class Evaluator:
     def _evaluate(self, slot, pred):
         """pack_record of one checked update (in one of the Evaluator's threads)."""
         try:
-            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings))
+            result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings, self.gt_cache))
             if result.problems:  # the GT's PNG
                 raise SGEvalError(result.problems)
             return pack_record(result, self.gt.images[slot], self.settings)
@@ -888,10 +991,12 @@ class Evaluator:
     def _add(self, table, key, record):
         """Count another update of a known image (or the first); different arrays are an error."""
         known = table.get(key)
+        image_id = key if table is self.extra else self.gt.images[key].image_id
         if known is not None and known.digest != record.digest:
-            image_id = key if table is self.extra else self.gt.images[key].image_id
             raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
                                f"duplicate must repeat the same arrays)"])
+        if known is not None and known.updates + record.updates > 2 ** 62:
+            raise SGEvalError([f"image {image_id}: more than 2**62 updates"])
         table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
 
     def state_dict(self):
@@ -974,7 +1079,7 @@ class Evaluator:
     def _read_state(self, state):
         """{slot: ImageRecord}, {image id: ImageRecord}, other_records of a state_dict, after checking it."""
         where = "state_dict"
-        if not isinstance(state, dict) or state.get("sgeval_state") != 1:
+        if not isinstance(state, dict) or type(state.get("sgeval_state")) is not int or state["sgeval_state"] != 1:
             raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
         if not isinstance(state.get("fingerprint"), str) or state["fingerprint"] != self.fingerprint():
             raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
@@ -1148,8 +1253,8 @@ def _state_records(state, n_slots, skipped, settings):
     ValueError, KeyError, TypeError, IndexError or OverflowError when it is malformed."""
     slots, updates, digests, offsets = _state_arrays(state, ("slots", "updates", "digests", "offsets"), DIGEST)
     values = np.asarray(state["values"])
-    if values.dtype.kind not in "iu" or values.ndim != 1 or values.size and (values.astype(np.int64).min() < 0
-                                                                             or values.max() > 2 ** 62):
+    if values.ndim != 1 or values.size and (values.dtype.kind not in "iu" or values.astype(np.int64).min() < 0
+                                            or values.max() > 2 ** 62):
         raise ValueError("'values' must be one row of counts (non-negative integers)")
     if len(slots) and (slots.min() < 0 or slots.max() >= n_slots) or len(np.unique(slots)) < len(slots):
         raise ValueError("image slots out of range or repeated")
@@ -1180,7 +1285,8 @@ def _state_arrays(state, keys, digest_size, n=None):
     shapes = {"slots": (n,), "updates": (n,), "extra_updates": (n,), "digests": (n, digest_size),
               "extra_digests": (n, digest_size), "offsets": (n + 1,)}
     for key, array in zip(keys, arrays):
-        if array.shape != shapes[key] or array.dtype.kind not in "iu" or key.endswith("digests") and array.dtype != np.uint8:
+        if array.shape != shapes[key] or array.size and (array.dtype.kind not in "iu" or key.endswith("digests")
+                                                         and array.dtype != np.uint8):
             raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
                              + " and dtype uint8" * key.endswith("digests"))
     counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
@@ -1202,13 +1308,20 @@ def _numpy(value):
     return np.asarray(value)
 
 
+def _as_array(value, name, where, problems):
+    """_numpy(value), or None after a problem (whatever a tensor-like object's methods raise)."""
+    try:
+        return _numpy(value)
+    except Exception as error:  # noqa: BLE001 - a stranger's object: any of its methods may raise anything
+        problems.append(f"{where}: field '{name}' is not an array: {type(error).__name__}: {error}")
+        return None
+
+
 def _update_field(value, name, shape, kinds, where, problems):
     """An update argument as an int64 (kinds 'iu') or float64 ('iuf') array of the given shape
     (None = any length; an empty array of any shape is 0 rows), else None after a problem."""
-    try:
-        array = _numpy(value)
-    except (ValueError, TypeError, RuntimeError) as error:
-        problems.append(f"{where}: field '{name}' is not an array: {error}")
+    array = _as_array(value, name, where, problems)
+    if array is None:
         return None
     if array.shape == (0,) and len(shape) == 2:  # an empty list: no rows
         array = array.reshape(0, shape[1])
@@ -1227,8 +1340,8 @@ def _update_field(value, name, shape, kinds, where, problems):
     return None
 
 
-def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings,
-                  height=None, width=None):
+def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings, height,
+                  width):
     """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
     masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
     checked)."""
@@ -1255,7 +1368,8 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
     elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
         bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
         problems.append(f"{where}: instance {bad}: field 'boxes' has x2 < x1 or y2 < y1")
-    bits = update_masks(masks, n, height, width, where, problems) if settings.mode == "mask" and n else None
+    bits = update_masks(masks, n, height, width, where, problems) \
+        if settings.mode == "mask" and (n or masks is not None) else None
     if problems:
         raise SGEvalError(problems)
     triplets = rows["triplets"]
@@ -1270,32 +1384,43 @@ def update_masks(masks, n, height, width, where, problems):
         problems.append(f"{where}: field 'masks' is required in mask mode (gt_seg is set)")
         return None
     if isinstance(masks, Panoptic) or isinstance(masks, (tuple, list)) and len(masks) == 2 and \
-            getattr(masks[0], "ndim", None) == 2 and getattr(masks[1], "ndim", None) == 1:
+            _ndim(masks[0]) == 2 and _ndim(masks[1]) == 1:
         return _panoptic_masks(*masks, n, height, width, where, problems)
-    try:
-        array = _numpy(masks)
-    except (ValueError, TypeError, RuntimeError) as error:
-        problems.append(f"{where}: field 'masks' is not an array: {error}")
+    array = _as_array(masks, "masks", where, problems)
+    if array is None:
         return None
-    size = (height, width) if height is not None else array.shape[1:]
+    if n == 0 and array.shape in ((0,), (0, height, width)):  # no masks, of any dtype (nothing to threshold)
+        return np.zeros((0, _words(height * width)), np.uint64)
+    size = (height, width)
     if array.dtype.kind not in "biu":
         problems.append(f"{where}: field 'masks' must be bool or 0/1 integers, not {array.dtype} (float masks are "
                         f"not thresholded: compare them with your threshold first)")
     elif array.shape != (n, *size):
         problems.append(f"{where}: field 'masks' has shape {array.shape}; expected ({n}, {size[0]}, {size[1]}) "
                         f"(one mask per instance, the GT image's height and width)")
-    elif array.dtype.kind != "b" and (array.min() < 0 or array.max() > 1):
+    elif array.dtype.kind != "b" and array.size and (array.min() < 0 or array.max() > 1):
         problems.append(f"{where}: field 'masks' holds values other than 0 and 1")
     else:
         return pack_masks(array.view(bool) if array.dtype.itemsize == 1 else array != 0)
     return None
 
 
+def _ndim(value):
+    """The number of dimensions of an array, tensor or nested list (-1 for anything else)."""
+    ndim = getattr(value, "ndim", None)
+    if isinstance(ndim, int):
+        return ndim
+    try:
+        return np.ndim(value) if isinstance(value, (list, tuple)) else -1
+    except (ValueError, TypeError):
+        return -1
+
+
 def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems):
     """Packed masks of the Panoptic form (see update_masks)."""
     before = len(problems)
     ids = _update_field(segment_ids, "masks (segment ids)", (n,), "iu", where, problems)
-    size = (height, width) if height is not None else (None, None)
+    size = (height, width)
     image = _update_field(segment_map, "masks (segment map)", size, "iu", where, problems)
     if len(problems) > before:
         return None
@@ -1345,7 +1470,10 @@ class PredSource:
     def open(self, name):
         """A binary stream of one file."""
         if self.kind != "zip":
-            return open(os.path.join(self.folder, name), "rb")
+            path = os.path.join(self.folder, name)
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise ValueError(f"'{name}' is not a regular file")
+            return open(path, "rb")
         self._zip = self._zip or zipfile.ZipFile(self.path)
         return self._zip.open(name)
 
@@ -1473,6 +1601,8 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     unreadable file or a wrong version raises SGEvalError."""
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
+    if not os.path.isdir(pred_path):
+        _regular_file(pred_path, "predictions")
     source = PredSource(pred_path)
     if str(pred_path).endswith(".zip") and source.kind != "zip":
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive"])
@@ -1628,7 +1758,7 @@ def _box_problem(boxes, mode):
 def read_predictions(pred_path, n_objects, n_predicates, mode):
     """Read a whole prediction; returns (PredSource, {image_id: PredImage}). (evaluate streams
     the records instead: see prediction_records.)"""
-    problems = []
+    problems = ProblemList()
     source, records = prediction_records(pred_path, n_objects, n_predicates, mode, problems)
     images = {pred.image_id: pred for pred in records}
     if problems:
@@ -1667,17 +1797,28 @@ def pack_masks(masks_PHW):
     """Boolean (P, H, W) masks -> packed (P, W) uint64 rows (the kernels' input)."""
     masks_PHW = np.asarray(masks_PHW, bool)
     packed = np.packbits(masks_PHW.reshape(len(masks_PHW), -1 if len(masks_PHW) else 0), axis=1)
+    if packed.shape[1] % 8 == 0 and packed.flags.c_contiguous:  # whole words already (640 x 480 is): no copy
+        return packed.view(np.uint64)
     words = np.zeros((len(packed), _words(8 * packed.shape[1])), np.uint64)
     words.view(np.uint8)[:, :packed.shape[1]] = packed
     return words
 
 
-def load_gt_masks(image):
-    """Packed masks (G, W) of the segments of one GT image, from its panoptic PNG."""
-    where = f"{image.seg_path}: image {image.image_id}"
+def _png_bytes(image):
+    """The bytes of a GT image's panoptic PNG."""
     try:
         with open(image.seg_path, "rb") as handle:
-            data = handle.read()
+            return handle.read()
+    except OSError as error:
+        raise SGEvalError([f"{image.seg_path}: image {image.image_id}: cannot read panoptic PNG: {error}"]) from None
+
+
+def load_gt_masks(image, data=None):
+    """Packed masks (G, W) of the segments of one GT image, from its panoptic PNG (data: its bytes,
+    when read already). The result is a buffer reused by the next call in this thread."""
+    where = f"{image.seg_path}: image {image.image_id}"
+    data = _png_bytes(image) if data is None else data
+    try:
         with Image.open(io.BytesIO(data)) as header:  # format, mode and size, before decoding
             kind, mode, size = header.format, header.mode, header.size
         if kind != "PNG" or mode not in ("RGB", "RGBA"):
@@ -1701,6 +1842,140 @@ def load_gt_masks(image):
         raise SGEvalError([f"{where}: field 'segments_info' lists segment id {', '.join(map(str, image.segment_ids[found == 0]))}"
                            f", which the panoptic PNG does not hold (an empty GT mask)"])
     return bits
+
+
+def prepared_gt_masks(image, cache=None):
+    """(packed masks (G, W), their mask_boxes (G, 5)) of a GT image: from the cache when it holds
+    this image's entry and PNG, else decoded (load_gt_masks) and stored in it. Buffers reused by
+    the next call in this thread."""
+    if cache is None:
+        bits = load_gt_masks(image)
+        return bits, mask_boxes(bits, image.width)
+    data = _png_bytes(image)
+    key = cache.key(image, data)
+    found = cache.load(key, len(image.segment_ids), _words(image.height * image.width))
+    if found is not None:
+        return found
+    bits = load_gt_masks(image, data)
+    boxes = mask_boxes(bits, image.width)
+    cache.store(key, bits, boxes)
+    return bits, boxes
+
+
+GT_CACHE_FORMAT = b"sgeval prepared GT 1"  # in every key: a new layout never reads an old entry
+GT_CACHE_DISK_BYTES = int(os.environ.get("SGEVAL_GT_CACHE_MIB", 2048)) << 20  # on disk, per folder
+GT_CACHE_MEMORY_BYTES = int(os.environ.get("SGEVAL_GT_MEMORY_MIB", 256)) << 20  # in an Evaluator's memory
+
+
+class GTCache:
+    """Prepared GT images: each image's packed segments (LZ4) and their mask_boxes, kept in memory
+    (up to memory_bytes) and in a folder (up to disk_bytes; the oldest entries go first), keyed by
+    the SHA-256 of GT_CACHE_FORMAT, the entry's id, size and segment ids, and the PNG's bytes. An
+    entry is ``<key>.gt``: the SHA-256 of the rest, the length of the LZ4 bits (8 bytes, little
+    endian), the LZ4 bits, the boxes (int64). One that does not check out (truncated, tampered,
+    another layout) is ignored and written again. A performance feature only: the arrays are
+    those load_gt_masks and mask_boxes give."""
+
+    def __init__(self, folder=None, memory_bytes=0, disk_bytes=GT_CACHE_DISK_BYTES):
+        self.folder, self.memory_bytes, self.disk_bytes = folder, memory_bytes, disk_bytes
+        self.memory, self.memory_used, self.disk_used = {}, 0, None
+
+    def __reduce__(self):  # to a worker process: the folder, not the memory
+        return GTCache, (self.folder, 0, self.disk_bytes)
+
+    @staticmethod
+    def key(image, data):
+        digest = hashlib.sha256(GT_CACHE_FORMAT)
+        digest.update(json.dumps([image.image_id, image.height, image.width, image.segment_ids.tolist()]).encode())
+        digest.update(data)
+        return digest.hexdigest()
+
+    def load(self, key, n_segments, n_words):
+        """(bits, boxes) of an entry, or None."""
+        entry = self.memory.get(key)
+        if entry is None and self.folder is not None:
+            entry = self._read(key, 48 + n_segments * n_words * 9 + n_segments * 40)  # > LZ4's worst case
+        arrays = None if entry is None else _prepared_arrays(entry, n_segments, n_words)
+        if arrays is not None and key not in self.memory:
+            self._remember(key, entry)
+        return arrays
+
+    def store(self, key, bits, boxes):
+        lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits))
+        payload = len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes, "<i8").tobytes()
+        entry = hashlib.sha256(payload).digest() + payload
+        self._remember(key, entry)
+        if self.folder is not None:
+            self._write(key, entry)
+
+    def _remember(self, key, entry):
+        if self.memory_used + len(entry) <= self.memory_bytes:
+            self.memory[key] = entry
+            self.memory_used += len(entry)
+
+    def _read(self, key, limit):
+        try:
+            with open(os.path.join(self.folder, key + ".gt"), "rb") as handle:
+                return handle.read(limit)
+        except OSError:
+            return None
+
+    def _write(self, key, entry):
+        """Write an entry (a temporary file renamed: readers never see half of one), then keep
+        the folder under disk_bytes. A folder that cannot be written is not used again."""
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            if self.disk_used is None:
+                self.disk_used = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(".gt"))
+            with tempfile.NamedTemporaryFile(dir=self.folder, suffix=".tmp", delete=False) as handle:
+                handle.write(entry)
+            os.replace(handle.name, os.path.join(self.folder, key + ".gt"))
+            self.disk_used += len(entry)
+            if self.disk_used > self.disk_bytes:
+                self._evict()
+        except OSError as error:
+            log.warning("gt_cache %s: not used (%s)", self.folder, error)
+            self.folder = None
+
+    def _evict(self):
+        """Remove the oldest entries until the folder holds at most 80 % of disk_bytes."""
+        entries = sorted((e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self.folder)
+                         if e.name.endswith(".gt"))
+        self.disk_used = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if self.disk_used <= 0.8 * self.disk_bytes:
+                break
+            os.remove(path)
+            self.disk_used -= size
+
+
+def _prepared_arrays(entry, n_segments, n_words):
+    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry, or None when it does not
+    check out."""
+    try:
+        if len(entry) < 40 or hashlib.sha256(entry[32:]).digest() != entry[:32]:
+            return None
+        length = int.from_bytes(entry[32:40], "little")
+        if 40 + length + n_segments * 40 != len(entry):
+            return None
+        bits = _buffer("gt_bits", n_segments * n_words, np.uint64).reshape(-1, n_words)
+        if len(imagecodecs.lz4_decode(entry[40:40 + length], out=bits.view(np.uint8).reshape(-1))) != bits.nbytes:
+            return None
+        return bits, np.frombuffer(entry[40 + length:], "<i8").reshape(n_segments, 5).astype(np.int64)
+    except (ValueError, imagecodecs.Lz4Error):
+        return None
+
+
+def default_gt_cache():
+    """The platform's user cache folder for prepared GT (SGEVAL_GT_CACHE overrides it)."""
+    if os.environ.get("SGEVAL_GT_CACHE"):
+        return os.environ["SGEVAL_GT_CACHE"]
+    if sys.platform == "win32":
+        root = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~/AppData/Local")
+        return os.path.join(root, "sgeval", "Cache", "gt")
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Caches/sgeval/gt")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sgeval", "gt")
 
 
 def load_pred_masks(source, record, height, width, needed=None):
@@ -1746,6 +2021,8 @@ def _strip_pages(tiff, data, height, width, n_masks, needed, where):
     bits = _buffer("pred_bits", len(pages) * samples * n_words, np.uint64).reshape(-1, n_words)
     rows, view = bits.view(np.uint8), memoryview(data)
     direct = bits_per_pixel == 1 and width % 8 == 0
+    if direct and n_strips == 1 and first.compression != 1:
+        return _one_strip_masks(view, pages, samples, rows, height * row_bytes, needed, bits)
     pixels = None if direct else _buffer("tiff_pixels", height * row_bytes, np.uint8)
     for index in range(len(bits)):
         page, sample = pages[index // samples], index % samples
@@ -1761,6 +2038,26 @@ def _strip_pages(tiff, data, height, width, n_masks, needed, where):
                 pixels.reshape(height, row_bytes), axis=1)[:, :width])  # packbits: any non-zero byte is 1
             rows[index, :len(target)] = target
         rows[index, len(target):] = 0
+    return bits
+
+
+def _one_strip_masks(view, pages, samples, rows, size, needed, bits):
+    """_strip_pages' masks when each is one deflate strip of 1-bit rows of whole bytes (what
+    write_predictions writes): every strip inflated straight into its mask's packed row."""
+    rows[:, size:] = 0
+    index = 0
+    for page in pages:
+        offsets, counts = page.dataoffsets, page.databytecounts
+        if min(len(offsets), len(counts)) < samples:
+            raise ValueError(f"a page has {min(len(offsets), len(counts))} strips for its {samples} masks")
+        for offset, count in zip(offsets[:samples], counts[:samples]):
+            if needed is not None and index < len(needed) and not needed[index]:
+                rows[index] = 0
+            elif offset + count > len(view):
+                raise ValueError(f"a strip at byte {offset} runs past the end of the file")
+            elif len(_inflate(view[offset:offset + count], out=rows[index, :size])) != size:
+                raise ValueError(f"a strip inflates to fewer than its {size} bytes")
+            index += 1
     return bits
 
 
@@ -1898,10 +2195,11 @@ def write_predictions(path, images, extra_members=None, kind=None):
 # ---------------------------------------------------------------------------------------------
 # numba kernels: flat arrays in and out, -1 = unmatched / different category
 # ---------------------------------------------------------------------------------------------
+# (@_kernel: numba's njit, applied at the first call of any kernel; numba is imported then.)
 # (Kernels fill np.empty arrays: numba takes longer to compile np.full and np.zeros.)
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def popcount64(x):
     """Number of set bits of a uint64 (SWAR)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -1910,7 +2208,7 @@ def popcount64(x):
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _set_bits(bits_B, start, stop):
     """Set bits [start, stop) (stop > start) of a packed byte row, np.packbits bit order."""
     first, last = start >> 3, (stop - 1) >> 3
@@ -1924,7 +2222,7 @@ def _set_bits(bits_B, start, stop):
         bits_B[last] |= tail
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _pixel_id(image_HWC, y, x):
     """The segment id of a pixel: its first three channels as little-endian bytes (RGB(A): R +
     256 G + 65536 B, alpha ignored; one channel: its value)."""
@@ -1934,7 +2232,7 @@ def _pixel_id(image_HWC, y, x):
     return value
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def pack_segments(image_HWC, segment_ids_G, bits_GB):
     """Set the pixels of the segments of a panoptic image (8-bit RGB(A): id = R + 256 G + 65536
     B; or one channel of integer ids) in their rows of bits_GB (zeroed, np.packbits order), one
@@ -1960,7 +2258,7 @@ def pack_segments(image_HWC, segment_ids_G, bits_GB):
 _EMPTY_BOX = np.array([0, 1 << 62, -1, 1 << 62, -1], np.int64)  # the mask_boxes row of an empty mask
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def mask_boxes(bits_NW, width):
     """(N, 5) int64 per packed mask of the given width: pixel count, then a bounding box y0, y1,
     x0, x1 (inclusive; the columns to whole bytes of 8 pixels; empty mask: y0 > y1). The boxes
@@ -1990,7 +2288,7 @@ def mask_boxes(bits_NW, width):
     return boxes
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     """Pixels two packed masks share (counted over the words of the rows where their boxes
     overlap), or -1 when their IoU cannot reach threshold: the IoU is at most m / (a + b - m),
@@ -2009,7 +2307,7 @@ def _intersection(a_W, b_W, box_a, box_b, width, threshold):
     return inter
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width, threshold):
     """IoU (P, G) of packed masks of the given width with their mask_boxes; -1.0 where
     categories differ, 0.0 for an empty union and for the pairs whose IoU cannot reach threshold
@@ -2026,7 +2324,7 @@ def mask_iou(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     """Whether masks i and j (packed, with their mask_boxes) have IoU >= MERGE_IOU, categories
     ignored, decided once: twins_PP holds 1 (yes), 0 (no) or -1 (not yet decided)."""
@@ -2036,7 +2334,7 @@ def _twins(i, j, twins_PP, bits_PW, box_P5, width):
     return twins_PP[i, j] == 1
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     """The number of instances that are the twin (_twins) of an earlier instance of their
     category."""
@@ -2049,7 +2347,7 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
     return count
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
@@ -2096,7 +2394,7 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
     return node_of, source[:n_nodes]
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) of xyxy boxes (continuous, no +1); -1.0 where categories differ."""
     iou = np.empty((pred_box_P4.shape[0], gt_box_G4.shape[0]))
@@ -2115,7 +2413,7 @@ def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return iou
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def best_candidates(iou_PG, threshold):
     """Per prediction, the GT of highest IoU (first on ties) if IoU >= threshold, else -1."""
     candidate = np.empty(iou_PG.shape[0], np.int64)
@@ -2130,7 +2428,7 @@ def best_candidates(iou_PG, threshold):
     return candidate
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def match_unique(iou_PG, threshold):
     """Algorithm 2: pred -> GT (P,), each GT kept by its best candidate (earlier wins ties)."""
     candidate = best_candidates(iou_PG, threshold)
@@ -2148,7 +2446,7 @@ def match_unique(iou_PG, threshold):
     return pred_to_gt
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def first_positions(sequence_keys_N, query_keys_Q):
     """For each query key, the first index of it in the sequence, or -1 (keys < 0 never match)."""
     first = np.empty(query_keys_Q.shape[0], np.int64)
@@ -2190,7 +2488,7 @@ def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
 
 
-@numba.njit(cache=_JIT_CACHE, nogil=True)
+@_kernel
 def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
     """OpenPSG's many-to-many matching of rows[:limit] (as written) with the GT triplets: a row
     hits a GT triplet when the predicates are equal and ok_PG holds for subject and object. Per
@@ -2285,6 +2583,7 @@ class ImageTask(typing.NamedTuple):
     pred: PredImage | None  # None: the image has no prediction record
     source: PredSource  # where the prediction's mask files are
     settings: Settings
+    gt_cache: object = None  # GTCache of prepared GT images (mask mode), or None
 
 
 class ImageResult(typing.NamedTuple):
@@ -2318,15 +2617,14 @@ class Merge(typing.NamedTuple):
     triplets: np.ndarray  # (T, 3) triplets remapped to nodes
 
 
-def compare_masks(gt, pred, source, needed, threshold):
+def compare_masks(gt, pred, source, needed, threshold, gt_cache=None):
     """Decode an image's masks and compare its predictions with its GT (mask_iou). needed: (P,)
     bool or None (all); the GT PNG is not read when no prediction is needed."""
     bits = pred.bits if pred.bits is not None else load_pred_masks(source, pred, gt.height, gt.width, needed)
     boxes = mask_boxes(bits, gt.width)
     if needed is not None and not needed.any():
         return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
-    gt_bits = load_gt_masks(gt)
-    gt_boxes = mask_boxes(gt_bits, gt.width)
+    gt_bits, gt_boxes = prepared_gt_masks(gt, gt_cache)
     return Masks(gt_bits, gt_boxes, bits, boxes,
                  mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold))
 
@@ -2374,10 +2672,9 @@ def task_instances(gt, pred, task):
             on_gt_pairs)
 
 
-def gt_masks_as_predictions(gt, threshold):
+def gt_masks_as_predictions(gt, threshold, gt_cache=None):
     """predcls in mask mode: the GT's masks stand for the predicted ones."""
-    bits = load_gt_masks(gt)
-    boxes = mask_boxes(bits, gt.width)
+    bits, boxes = prepared_gt_masks(gt, gt_cache)
     return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
                                                     threshold))
 
@@ -2435,11 +2732,11 @@ def evaluate_image(task):
         if settings.mode == "box":
             iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
         elif as_gt:
-            masks = gt_masks_as_predictions(gt, settings.iou_threshold)
+            masks = gt_masks_as_predictions(gt, settings.iou_threshold, task.gt_cache)
             iou = masks.iou
         else:  # without merging, only the masks of the GT's categories matter
             needed = None if merging else np.isin(pred.categories, gt.categories)
-            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold)
+            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold, task.gt_cache)
             iou = masks.iou
     except SGEvalError as error:
         return ImageResult(None, None, error.problems, check)
@@ -2866,7 +3163,8 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
     as the records are read (in ``workers`` processes, which send back each image's
     pack_record); records of images outside the evaluated ones are counted as extra. Raises
     SGEvalError with every problem of the records and of the masks."""
-    gt, settings, problems = evaluator.gt, evaluator.settings, []
+    gt, settings, problems = evaluator.gt, evaluator.settings, ProblemList()
+    gt_cache = evaluator.gt_cache and GTCache(evaluator.gt_cache.folder)  # one pass: the folder, no memory
     source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
                                          problems)
 
@@ -2878,7 +3176,7 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
             elif slot is None:
                 evaluator.other_records += 1
             elif not problems:  # after a problem: only check the rest
-                yield slot, ImageTask(gt.images[slot], pred, source, settings)
+                yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
 
     image_problems, done = {}, 0
     if workers > 1:
@@ -2972,6 +3270,7 @@ def predicate_groups(spec, names, training_relations, source="config"):
     else:
         where = f"{spec}: predicate_groups file"
         try:
+            _regular_file(spec, "the predicate_groups file")
             groups = yaml.load(Path(spec).read_text(encoding="utf-8"), Loader=yaml.BaseLoader)  # 'on' stays a name
         except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
             raise SGEvalError([f"{where}: cannot read the file (or '{spec}' is not frequency or one of "
@@ -3131,9 +3430,12 @@ def _fmt(value, key=""):
 
 
 def _grid(row_labels, column_labels, cell, first_width=8, width=8):
-    lines = [" " * first_width + "".join(f"{label:>{width}}" for label in column_labels)]
-    return lines + [f"{row:<{first_width}}" + "".join(f"{cell(row, column):>{width}}" for column in column_labels)
-                    for row in row_labels]
+    """Rows of cells under their column labels, right-aligned; a column as wide as its label needs."""
+    widths = [max(width, len(str(label)) + 1) for label in column_labels]
+    first_width = max(first_width, *(len(str(row)) + 1 for row in row_labels)) if row_labels else first_width
+    lines = [" " * first_width + "".join(f"{label:>{w}}" for label, w in zip(column_labels, widths))]
+    return lines + [f"{row:<{first_width}}" + "".join(f"{cell(row, column):>{w}}" for column, w in
+                                                      zip(column_labels, widths)) for row in row_labels]
 
 
 def format_table(results):
@@ -3142,7 +3444,8 @@ def format_table(results):
     lines = [f"sgeval {results['sgeval_version']} | protocol {config['protocol']} | "
              f"{'mask' if config['gt_seg'] else 'box'} mode | {results['rules']['aggregation'].replace('_', '-')} "
              f"aggregation | images: "
-             + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items())]
+             + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items()
+                         if (key, value) not in (("scope", "all"), ("duplicate_updates", 0)))]
     for families, ks in ((("R", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
                          (("IMR", "wIMR"), config["imr_k"])):
         rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
@@ -3193,7 +3496,10 @@ def format_table(results):
 # ---------------------------------------------------------------------------------------------
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=(
+    "Other commands: 'sgeval convert FAMILY ...' turns a model's raw output into a prediction file "
+    "('sgeval convert --help' lists the families); 'sgeval report RESULTS.json ...' writes paper tables; "
+    "'sgeval serve --config FILE' runs the benchmark service."))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")
 @click.option("--gt", help="OpenPSG psg.json.")
 @click.option("--gt-seg", help="Panoptic PNG root (mask mode); omit for box mode.")
@@ -3219,13 +3525,17 @@ def format_table(results):
 @click.option("--audit/--no-audit", default=None,
               help="Protocol audit (default on; off skips masks of absent categories).")
 @click.option("--workers", type=int, help="Worker processes (default 1).")
+@click.option("--gt-cache", help="Folder of prepared GT images (default: the user cache folder, sgeval/gt).")
+@click.option("--no-gt-cache", is_flag=True, help="Decode every GT PNG; keep nothing.")
 @click.option("--output", help="Write the JSON results here.")
 @click.option("--per-image", help="Write every image's hits here (JSON Lines).")
 @click.option("--confusion-k", help="Cut-off of the predicate confusion counts (default 50).")
 @click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, quiet, compare_protocols, **options):
+def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
+    if no_gt_cache:
+        options["gt_cache"] = False
     if compare_protocols and options["protocols"] is None:
         options["protocols"] = ",".join(PROTOCOLS)
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
@@ -3260,12 +3570,13 @@ def run_cli(work, label, quiet=False):
 
 
 def cli():
-    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py and ``sgeval serve ...`` the
-    package sgeval_serve (beside this file, or installed with it); anything else is an evaluation."""
-    command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"]) else None
+    """The sgeval command: ``sgeval report ...`` runs sgeval_report.py, ``sgeval serve ...`` the package
+    sgeval_serve and ``sgeval convert ...`` the package sgeval_convert (beside this file, or installed
+    with it); anything else is an evaluation."""
+    command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"], ["convert"]) else None
     if command is None:
         return main()
-    module = {"report": "sgeval_report", "serve": "sgeval_serve"}[command]
+    module = {"report": "sgeval_report", "serve": "sgeval_serve", "convert": "sgeval_convert"}[command]
     try:
         entry = importlib.import_module(module).main
     except ModuleNotFoundError as error:

@@ -18,11 +18,11 @@ Tables (``--tables``, comma-separated, or ``all``):
 * ``confusion``: per model, the top ``--top`` predicate confusions: GT predicate, the predicate
   the first row on its pair has, how many GT triplets and their share.
 
-Formats (``--format``): ``markdown``, ``latex`` (booktabs: ``\\usepackage{booktabs}``), ``csv`` (full
-precision, no marks). Results that are not comparable are refused (different GT, mode, task, IoU
-threshold or aggregation rules), or with ``--allow-mixed`` shown with a mark; results of different
-sgeval versions are always marked. ``--plots DIR`` draws the figures of sgeval_plots.py (needs
-matplotlib: ``pip install sgeval[plots]``).
+Formats (``--format``, case-insensitive): ``markdown`` (or ``md``), ``latex`` (or ``tex``; booktabs:
+``\\usepackage{booktabs}``), ``csv`` (full precision, no marks). Results that are not comparable
+are refused (different GT, mode, task, IoU threshold or aggregation rules), or with
+``--allow-mixed`` shown with a mark; results of different sgeval versions are always marked.
+``--plots DIR`` draws the figures of sgeval_plots.py (needs matplotlib: ``pip install sgeval[plots]``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import sgeval
 MAX_RESULTS_BYTES = 1 << 28  # a results file larger than this is refused
 TABLES = ("main", "protocols", "predicates", "confusion")
 FORMATS = ("markdown", "latex", "csv")
+FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}  # the usual short names, accepted too
 NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank")
 LOWER_IS_BETTER = ("PRank",)
 
@@ -616,6 +617,8 @@ def build_tables(runs, tables=("main", "protocols"), families=("R", "mR"), ks=No
 
 
 def render(tables, fmt="markdown", decimals=1):
+    """The tables as one text in fmt: one of FORMATS or FORMAT_ALIASES, in any case."""
+    fmt = FORMAT_ALIASES.get(fmt.lower(), fmt.lower())
     return ("\n\n" if fmt == "csv" else "\n\n\n").join(RENDERERS[fmt](table, decimals) for table in tables) + "\n"
 
 
@@ -694,7 +697,8 @@ def _labels(pairs, mapping_file):
 @click.option("--protocols", "compare_protocols", help="Protocols of the comparison (default: all the runs have).")
 @click.option("--label", "label_pairs", multiple=True, help="FILE=LABEL, the row label of a results file.")
 @click.option("--labels", "labels_file", type=click.Path(dir_okay=False), help="YAML/JSON {file: label}.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="markdown", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS + tuple(FORMAT_ALIASES), case_sensitive=False),
+              default="markdown", show_default=True, help="markdown (or md), latex (or tex), csv.")
 @click.option("--decimals", type=click.IntRange(0, 6), default=1, show_default=True)
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows of the top confusions.")
 @click.option("--allow-mixed", is_flag=True, help="Show results that are not comparable, marked, instead of refusing.")

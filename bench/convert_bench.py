@@ -10,7 +10,7 @@ Pair-Net's tools/test.py pickles them (protocol 2, the Result class under Pair-N
 200 boolean masks of 640 x 480 (100 subjects, then 100 objects, many identical), labels,
 rel_pair_idxes [[i, 100 + i]], rel_dists with a zero column 0, zero refine_bboxes: about 61 MB per
 image. It is written image by image (the pickler's memo is cleared between images), never held
-in memory. Then `python -m convert.pairnet` converts it once per worker count; reported: wall time,
+in memory. Then `python -m sgeval_convert.pairnet` converts it once per worker count; reported: wall time,
 pickle MB/s, the disk's own read speed (`dd` of the pickle, in the same run), peak RSS of the
 largest process and of the process tree, and whether the outputs are identical. Results go to
 bench/results/convert.json. Run from the repository root.
@@ -142,7 +142,7 @@ def sha256(path):
 def run(folder, workers):
     """Convert folder/results.pkl once with the given number of workers: the measurement."""
     pickle_path, out = folder / "results.pkl", folder / f"out-{workers}.zip"
-    command = [sys.executable, "-m", "convert.pairnet", "--gt", folder / "psg.json", pickle_path, out,
+    command = [sys.executable, "-m", "sgeval_convert.pairnet", "--gt", folder / "psg.json", pickle_path, out,
                "--workers", str(workers), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     dd = disk_read_mb_s(pickle_path)

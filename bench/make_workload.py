@@ -1,6 +1,6 @@
 """Deterministic PSG-scale benchmark workloads for ``make bench``.
 
-Two workloads share the machinery below; ``--workload`` picks one:
+Three workloads share the machinery below; ``--workload`` picks one:
 
 - ``default`` (``bench/data/<n_images>/``): GT segments of moderate size; per image 100 predicted
   masks (a noisy copy of most GT segments, 30 % duplicate copies, false positives anywhere) and
@@ -11,6 +11,11 @@ Two workloads share the machinery below; ``--workload`` picks one:
   with a neighbouring segment) and most of the rest false positives placed over true segments
   (partially, some with the segment's category), so that many pairs of predicted masks overlap
   with an IoU above 0.5 and many just below; about 350 triplets.
+- ``blob`` (``bench/data/blob-<n_images>/``): a set no evaluator here was tuned for (issue 30):
+  GT segments and all 100 predicted masks are filled ellipses and rectangles of 1/12 to 1/3 of
+  the image's height and width; the masks are jittered copies of the GT segments' whole blobs
+  (occluded parts included), 30 % duplicates of those and false positives anywhere; about 350
+  triplets.
 
 Each writes:
 
@@ -26,7 +31,9 @@ Each writes:
   ``write_layered_seg_mask`` does (``tifffile.imwrite(path, masks.astype(np.uint8),
   compression=DEFLATE)``, one page per mask).
 - ``compact.zip``: the same predictions through ``sgeval.write_predictions`` (``instances``
-  spelling, 1-bit deflate TIFF pages).
+  spelling, one 1-bit deflate TIFF page per image whose samples, stored apart, are the masks).
+- ``pages.zip``: compact.zip's ``triplets.json`` with each image's masks as a 1-bit deflate TIFF
+  of one page per mask (tifffile's default strips; what ``write_predictions`` wrote before).
 
 Every test image (with or without relations) has a prediction of ``n_masks`` masks and triplets
 ordered by confidence, the true ones among many spurious pairs with several predicates each;
@@ -38,7 +45,7 @@ predicted masks (pairs of masks of one image with IoU >= 0.5 and in [0.3, 0.5), 
 computed here from the masks; ``ensure`` skips the generation when parameters and hash match and
 all files exist.
 
-    python -m bench.make_workload --images 200 [--workload default|overlap] [--workers 2] [--out DIR] [--force]
+    python -m bench.make_workload --images 200 [--workload default|overlap|blob] [--workers 2] [--out DIR] [--force]
 
 (from the repository root: ``tools.synth`` is imported from the checkout, ``sgeval`` as installed).
 """
@@ -76,12 +83,15 @@ DEFAULTS = {
     "workload": "default", "stuff_size": [0.3, 0.9], "thing_size": [0.08, 0.45],
 }
 # The presets: overrides of DEFAULTS. stuff_size / thing_size: the range of a GT shape's height and
-# width as fractions of the image's (before later segments cover part of it).
+# width as fractions of the image's (before later segments cover part of it); blob_size: the same
+# for every GT segment and predicted mask of the blob workload.
 WORKLOADS = {
     "default": {},
     "overlap": {"seed": 1, "workload": "overlap", "n_triplets": 350, "min_segments": 4, "max_segments": 20,
                 "stuff_size": [0.5, 1.0], "thing_size": [0.15, 0.6]},
+    "blob": {"seed": 2, "workload": "blob", "n_triplets": 350, "blob_size": [1 / 12, 1 / 3]},
 }
+LAYOUTS = ("sgbench.zip", "compact.zip", "pages.zip")  # the prediction files, the same predictions
 DUPLICATE_FRACTION = 0.3  # default workload, of n_masks: extra copies of GT segments
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: same parameters, same bytes
 STAT_IOU = (0.3, 0.5)  # the statistics count mask pairs with IoU >= 0.5 and in [0.3, 0.5)
@@ -402,6 +412,91 @@ def simulate_overlap_prediction(rng, vocab, params, label, categories, boxes, re
     return finish_prediction(rng, vocab, specs, height, width, n_triplets, relations)
 
 
+BLOB_DUPLICATES = 0.3  # blob workload, of n_masks: copies of other predicted masks
+BLOB_PRIMARY = 0.85  # of the GT segments: the share that gets a jittered copy
+
+
+def blob(rng, height, width, size):
+    """A blob (cy, cx, h, w, ellipse?): a filled ellipse or rectangle whose height and width are
+    `size` = (low, high) fractions of the image's, wholly inside the image."""
+    h, w = rng.uniform(*size) * height, rng.uniform(*size) * width
+    return (float(rng.uniform(h / 2, height - h / 2)), float(rng.uniform(w / 2, width - w / 2)), float(h),
+            float(w), bool(rng.random() < 0.5))
+
+
+def jitter_blob(rng, shape, height, width, size, reach=0.05):
+    """A copy of a blob moved by up to `reach` of its size and scaled by 0.9-1.1 per side (kept
+    in the size range and inside the image)."""
+    cy, cx, h, w, ellipse = shape
+    h = float(np.clip(h * rng.uniform(0.9, 1.1), size[0] * height, size[1] * height))
+    w = float(np.clip(w * rng.uniform(0.9, 1.1), size[0] * width, size[1] * width))
+    cy = float(np.clip(cy + rng.uniform(-reach, reach) * h, h / 2, height - h / 2))
+    cx = float(np.clip(cx + rng.uniform(-reach, reach) * w, w / 2, width - w / 2))
+    return cy, cx, h, w, ellipse
+
+
+def draw_blob(shape, height, width):
+    """(y0, x0, bool crop) of a blob, never empty."""
+    cy, cx, h, w, ellipse = shape
+    y0, x0 = max(0, int(round(cy - h / 2))), max(0, int(round(cx - w / 2)))
+    y1, x1 = min(height, max(y0 + 1, int(round(cy + h / 2)))), min(width, max(x0 + 1, int(round(cx + w / 2))))
+    if not ellipse:
+        return y0, x0, np.ones((y1 - y0, x1 - x0), bool)
+    yy, xx = np.ogrid[y0:y1, x0:x1]
+    crop = ((yy + 0.5 - cy) / (h / 2)) ** 2 + ((xx + 0.5 - cx) / (w / 2)) ** 2 <= 1
+    if not crop.any():
+        crop[min(int(cy) - y0, y1 - y0 - 1), min(int(cx) - x0, x1 - x0 - 1)] = True
+    return y0, x0, crop
+
+
+def paint_blobs(rng, n_segments, height, width, size):
+    """(label map (H, W) int16: 0 = void, g + 1 = segment g; the blob of every segment) for GT
+    segments that are blobs painted in order; a blob painted over entirely is drawn again, on
+    top, until every segment shows."""
+    label, shapes = np.zeros((height, width), np.int16), [None] * n_segments
+    order = list(range(n_segments))
+    for _ in range(100):
+        for g in order:
+            shapes[g] = blob(rng, height, width, size)
+            y0, x0, crop = draw_blob(shapes[g], height, width)
+            label[y0:y0 + crop.shape[0], x0:x0 + crop.shape[1]][crop] = g + 1
+        visible = np.bincount(label.ravel(), minlength=n_segments + 1)[1:] > 0
+        order = [int(g) for g in np.flatnonzero(~visible)]
+        if not order:
+            return label, shapes
+    raise RuntimeError("could not make every segment visible")
+
+
+def simulate_blob_prediction(rng, vocab, params, categories, shapes, relations):
+    """The blob workload's prediction: (instances, triplets, ng_triplets, masks (P, H, W) bool),
+    every mask a blob of the size range: a jittered copy of the whole blob of about 85 % of the GT
+    segments (one in ten moved by a third of its size instead); 30 % of n_masks copies of earlier
+    masks (half exact, half jittered again); the rest false positives anywhere."""
+    height, width, n_masks, size = params["height"], params["width"], params["n_masks"], params["blob_size"]
+    specs = []  # (GT source or -1, category, score, (y0, x0, crop), primary copy?)
+    n_duplicates = round(BLOB_DUPLICATES * n_masks)
+    for g, shape in enumerate(shapes):
+        if rng.random() < BLOB_PRIMARY and len(specs) < n_masks - n_duplicates:
+            copy = jitter_blob(rng, shape, height, width, size, 0.35 if rng.random() < 0.1 else 0.05)
+            category = vocab.random_category(rng) if rng.random() < 0.08 else categories[g]
+            specs.append((g, category, round(float(rng.uniform(0.4, 1.0)), 4), copy, True))
+    for _ in range(min(n_duplicates, n_masks - len(specs))):
+        if specs:
+            g, category, _, copy, _ = specs[int(rng.integers(len(specs)))]
+            copy = copy if rng.random() < 0.5 else jitter_blob(rng, copy, height, width, size)
+            category = category if rng.random() < 0.85 else vocab.random_category(rng)
+        else:
+            g, category, copy = -1, vocab.random_category(rng), blob(rng, height, width, size)
+        specs.append((g, category, round(float(rng.uniform(0.2, 0.9)), 4), copy, False))
+    while len(specs) < n_masks:  # false positives, half of them with a category of the image
+        category = int(rng.choice(categories)) if rng.random() < 0.5 else vocab.random_category(rng)
+        specs.append((-1, category, round(float(rng.uniform(0.0, 0.7)), 4), blob(rng, height, width, size), False))
+    specs = [(g, category, score, draw_blob(shape, height, width), primary)
+             for g, category, score, shape, primary in (specs[i] for i in rng.permutation(len(specs)))]
+    n_triplets = round(params["n_triplets"] * rng.uniform(0.8, 1.2))
+    return finish_prediction(rng, vocab, specs, height, width, n_triplets, relations)
+
+
 def finish_prediction(rng, vocab, specs, height, width, n_triplets, relations):
     """(instances, triplets, ng_triplets, masks (P, H, W) bool) from the mask specs."""
     masks = np.zeros((len(specs), height, width), bool)
@@ -507,13 +602,18 @@ def simulate_triplets(rng, vocab, n_triplets, relations, sources, scores, primar
 
 def make_image(task):
     """Generate one test image: write its PNG; return (psg entry, prediction record without
-    masks, packed masks (P, ceil(H W / 8)) uint8, SGBench TIFF bytes, statistics)."""
+    masks, packed masks (P, ceil(H W / 8)) uint8, SGBench TIFF bytes, page-per-mask TIFF bytes,
+    statistics)."""
     index, image_id, with_relations, forced_predicate, params, panoptic_dir = task
     vocab = _vocabulary(params)
     rng = np.random.default_rng([params["seed"], 1, index])
     height, width = params["height"], params["width"]
     categories, relations = gt_layout(rng, vocab, params, with_relations, forced_predicate)
-    label = paint_segments(rng, categories, vocab.n_things, height, width, params["stuff_size"], params["thing_size"])
+    if params["workload"] == "blob":
+        label, shapes = paint_blobs(rng, len(categories), height, width, params["blob_size"])
+    else:
+        label = paint_segments(rng, categories, vocab.n_things, height, width, params["stuff_size"],
+                               params["thing_size"])
     ids = np.array([0] + synth.segment_ids(image_id, len(categories)), np.uint32)
     id_map = ids[label]
     rgb = np.stack([id_map & 255, (id_map >> 8) & 255, id_map >> 16], axis=-1).astype(np.uint8)
@@ -529,15 +629,27 @@ def make_image(task):
                         for (y0, x0, y1, x1), c in zip(boxes, categories)],
         "relations": relations,
     }
-    simulate = simulate_overlap_prediction if params["workload"] == "overlap" else simulate_prediction
-    instances, triplets, ng_triplets, masks = simulate(rng, vocab, params, label, categories, boxes, relations)
+    if params["workload"] == "blob":
+        prediction = simulate_blob_prediction(rng, vocab, params, categories, shapes, relations)
+    else:
+        simulate = simulate_overlap_prediction if params["workload"] == "overlap" else simulate_prediction
+        prediction = simulate(rng, vocab, params, label, categories, boxes, relations)
+    instances, triplets, ng_triplets, masks = prediction
     record = {"id": image_id, "instances": instances, "triplets": triplets, "ng_triplets": ng_triplets}
     buffer = io.BytesIO()
     tifffile.imwrite(buffer, masks.astype(np.uint8), compression=tifffile.COMPRESSION.DEFLATE)  # as SGBench
     packed = np.packbits(masks.reshape(len(masks), -1), axis=1)
     statistics = {**overlap_statistics(masks), "gt_segments": len(categories), "gt_segment_area": float(areas.mean()),
                   "gt_largest_area": float(areas.max()), "triplets": len(triplets)}
-    return entry, record, packed, buffer.getvalue(), statistics
+    return entry, record, packed, buffer.getvalue(), encode_pages(masks), statistics
+
+
+def encode_pages(masks_PHW):
+    """The masks as a 1-bit deflate TIFF of one page per mask, in tifffile's default strips: what
+    sgeval.write_predictions wrote before its planar page (a1cfaaf^)."""
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, masks_PHW, photometric="minisblack", compression=tifffile.COMPRESSION.ADOBE_DEFLATE)
+    return buffer.getvalue()
 
 
 _VOCABULARY = {}
@@ -589,15 +701,16 @@ def generate(out, n_images, workers=1, progress=None, workload="default", **over
 
     entries, sgbench_records, statistics = [], [], []
     height, width = params["height"], params["width"]
-    with zipfile.ZipFile(out / "sgbench.zip", "w") as sgbench_zip:
+    with zipfile.ZipFile(out / "sgbench.zip", "w") as sgbench_zip, zipfile.ZipFile(out / "pages.zip", "w") as pages_zip:
         def records(results):
-            for done, (entry, record, packed, tiff_bytes, image_statistics) in enumerate(results, 1):
+            for done, (entry, record, packed, tiff_bytes, pages_bytes, image_statistics) in enumerate(results, 1):
                 entries.append(entry)
                 statistics.append(image_statistics)
                 sgbench_records.append(json.dumps({
                     "id": record["id"], "seg_filename": f"{record['id']}.tiff", "annotation": record["instances"],
                     "triplets": record["triplets"], "ng_triplets": record["ng_triplets"]}))
                 sgbench_zip.writestr(zipfile.ZipInfo(f"{record['id']}.tiff", ZIP_DATE), tiff_bytes)
+                pages_zip.writestr(zipfile.ZipInfo(f"{record['id']}.tiff", ZIP_DATE), pages_bytes)
                 masks = np.unpackbits(packed, axis=1, count=height * width).reshape(-1, height, width)
                 if progress:
                     progress(done, len(tasks))
@@ -610,6 +723,11 @@ def generate(out, n_images, workers=1, progress=None, workload="default", **over
             sgeval.write_predictions(out / "compact.zip", records(map(make_image, tasks)))
         payload = '{"version": 1, "images": [' + ", ".join(sgbench_records) + "]}"
         sgbench_zip.writestr(zipfile.ZipInfo("triplets.json", ZIP_DATE), payload, compress_type=zipfile.ZIP_DEFLATED)
+        info = zipfile.ZipInfo("triplets.json", ZIP_DATE)  # pages.zip: compact.zip's records, other TIFFs
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with zipfile.ZipFile(out / "compact.zip") as compact, compact.open("triplets.json") as source, \
+                pages_zip.open(info, "w") as target:
+            shutil.copyfileobj(source, target)
 
     entries += [train_entry(j, image_ids[n_test + j], vocab, params) for j in range(params["n_train"])]
     entries.sort(key=lambda entry: int(entry["image_id"]))  # test and train interleaved, as on PSG
@@ -645,7 +763,7 @@ def ensure(out, n_images, workers=1, progress=None, workload="default", **overri
     generation took and with how many processes."""
     out = Path(out)
     params = workload_params(workload, n_images, **overrides)
-    names = ("psg.json", "sgbench.zip", "compact.zip", "stamp.json")
+    names = ("psg.json", *LAYOUTS, "stamp.json")
     if all((out / name).is_file() for name in names):
         saved = json.loads((out / "stamp.json").read_text())
         if {key: saved.get(key) for key in ("params", "generator_sha256")} == stamp_for(params):
@@ -658,7 +776,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=2177, help="evaluated test images (default 2177)")
     parser.add_argument("--workload", choices=list(WORKLOADS), default="default",
-                        help="default (bench/data/<images>) or overlap (bench/data/overlap-<images>)")
+                        help="default (bench/data/<images>), overlap or blob (bench/data/<workload>-<images>)")
     parser.add_argument("--out", help="output folder (default bench/data/<images> or bench/data/<workload>-<images>)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--force", action="store_true", help="regenerate even when the stamp matches")

@@ -1,27 +1,14 @@
-"""Convert HiLo outputs to sgeval predictions.
+"""``python -m convert.hilo ...`` in a checkout, or ``python convert/hilo.py ...`` where sgeval is
+installed: runs ``sgeval_convert.hilo`` (installed: ``sgeval convert hilo ...``). Import that module
+for the converter's functions."""
 
-    python -m convert.hilo --gt psg.json results.pkl out.zip [--predicate-source rel_dists]
+import importlib.util
+import runpy
+import sys
 
-``results.pkl`` is what HiLo's ``tools/test.py --out`` writes (OpenPSG's ``Result`` class), or a
-directory of 0.npz ... N-1.npz. HiLo writes its complete or merged output, like PSGTR's complete
-layout: overlapping masks, one per subject and object (rows ``[[i, T + i]]`` when complete, merged
-indices otherwise), rows sorted by ``rel_scores``, which is the order kept for ``triplets``.
-
-Decisions: boxes come from the masks (the box branch is not guaranteed to give image-space xyxy
-boxes); object scores are ``refine_bboxes[:, 4]`` when aligned with ``labels``, so ng_triplets are
-ranked by predicate probability x subject score x object score. One all-ones mask with label 1 and
-no pairs is an empty result.
-"""
-
-from __future__ import annotations
-
-from convert import common
-
-FAMILY = "hilo"
-RULES = common.Rules(raw_boxes=False, object_scores=True)
-convert = common.family_converter(FAMILY, "HiLo", RULES)
-image_arrays = common.family_image_arrays("HiLo", RULES)
-main = common.make_cli(convert, __doc__.split("\n\n")[0])
-
-if __name__ == "__main__":
-    main()
+if __name__ != "__main__":
+    raise ImportError(f"{__name__} only runs the converter; import sgeval_convert.hilo instead")
+if importlib.util.find_spec("sgeval_convert") is None:
+    sys.exit("error: sgeval_convert is not importable here: run `python -m convert.hilo ...` from the repository "
+             "root, or install sgeval and run `sgeval convert hilo ...`")
+runpy.run_module("sgeval_convert.hilo", run_name="__main__", alter_sys=True)

@@ -154,7 +154,7 @@ def _last_lines(detail, lines=3):
 
 
 def report(tallies, seconds):
-    kinds = ["error", "accepted", "traceback", "crash", "hang", "memory", "silent", "refused"]
+    kinds = ["error", "accepted", "traceback", "crash", "hang", "memory", "silent", "refused", "dirty"]
     lines = [f"{'reader':10s}" + "".join(f"{k:>10s}" for k in kinds) + f"{'total':>10s}"]
     for reader, counts in tallies.items():
         lines.append(f"{reader:10s}" + "".join(f"{counts[k]:>10d}" for k in kinds) + f"{sum(counts.values()):>10d}")

@@ -1,11 +1,14 @@
-"""Reference validators of triplets.json, psg.json and configs (YAML or command line), written
-from the documented rules (sgeval's module docstring: "Ground truth", "Predictions", "Strict reading
-and limits" and Config), independent of sgeval's readers: the fuzz worker calls an accepted input
-that they find invalid a silent acceptance, and a rejected one they find valid a refusal."""
+"""Reference validators of triplets.json, psg.json, configs (YAML or command line), the
+Evaluator's updates and its states, written from the documented rules (sgeval's module docstring:
+"The Evaluator", "Ground truth", "Predictions", "Strict reading and limits" and Config),
+independent of sgeval's readers: the fuzz worker calls an accepted input that they find invalid a
+silent acceptance, and a rejected one they find valid a refusal."""
 
 import math
 import os
 import re
+
+import numpy as np
 
 
 def _integer(value, low, high):
@@ -165,7 +168,7 @@ def _label(text, relative_allowed):
     decimal number."""
     if re.fullmatch(r"[0-9]{1,4300}", text):
         return int(text) > 0
-    if relative_allowed and re.fullmatch(r"x([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text):
+    if relative_allowed and re.fullmatch(r"x([0-9]+\.?[0-9]*|\.[0-9]+)", text):  # no exponent
         return 0 < float(text[1:]) < math.inf
     return False
 
@@ -200,6 +203,7 @@ def valid_config(values, fields):
         type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
         all(type(get(key, True)) is bool for key in ("per_predicate", "audit")),
         type(workers) is int and 1 <= workers <= 64,
+        get("gt_cache") in (None, True, False) or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
         all(get(key) for key in ("gt", "pred")),
     ]
     if not all(checks):
@@ -222,3 +226,266 @@ def valid_config(values, fields):
         if get(key) not in (None, "") and not os.path.exists(str(get(key))):
             return False, True
     return True, not unsure
+
+
+# ---------------------------------------------------------------------------- Evaluator.update
+
+def _as_array(value):
+    """An update argument as numpy reads it (a tensor through detach().cpu().numpy()), or None
+    when it cannot be read."""
+    try:
+        if all(hasattr(value, name) for name in ("detach", "cpu", "numpy")):
+            value = value.detach().cpu().numpy()
+        return np.asarray(value)
+    except Exception:  # noqa: BLE001 -- whatever the object raises: not an array
+        return None
+
+
+def _argument(value, shape, kinds):
+    """An update argument as a numpy array of the shape (None: any size) holding integers ('iu')
+    within int64 or finite numbers ('iuf'), else None. An empty argument holds no value of a wrong
+    type: any dtype is fine, and an empty table ((n, width) shape) is (0,) or (0, width)."""
+    array = _as_array(value)
+    if array is None:
+        return None
+    if array.size == 0 and len(shape) == 2 and shape[0] is None and shape[1] is not None:
+        return np.zeros((0, shape[1])) if array.shape in ((0,), (0, shape[1])) else None
+    if array.size and array.dtype.kind not in kinds or array.ndim != len(shape) or any(
+            size is not None and size != n for size, n in zip(shape, array.shape)):
+        return None
+    for item in array.ravel().tolist():
+        if isinstance(item, int) and not -2 ** 63 <= item < 2 ** 63 \
+                or isinstance(item, float) and not math.isfinite(item):
+            return None
+    return array
+
+
+def _is_panoptic(masks):
+    """Whether masks is the Panoptic form (a Panoptic, or a plain 2-tuple of an (H, W) map and (P,)
+    ids); None when it is a list of such (the docstring says tuple: not judged)."""
+    if type(masks).__name__ == "Panoptic":
+        return True
+    if not isinstance(masks, (tuple, list)) or len(masks) != 2:
+        return False
+    arrays = [_as_array(item) for item in masks]
+    if any(array is None for array in arrays) or (arrays[0].ndim, arrays[1].ndim) != (2, 1):
+        return False
+    return True if isinstance(masks, tuple) else None
+
+
+def _mask_pixels(masks, n, size):
+    """The (n, H, W) bool pixels of an update's masks (an array of bool or 0/1 integers, or the
+    Panoptic form), or None when they are invalid; "unsure" when the rules do not say. size: the
+    GT image's (H, W)."""
+    panoptic = _is_panoptic(masks)
+    if panoptic is None:
+        return "unsure"
+    if panoptic:
+        segment_map, ids = masks
+        segment_map, ids = _argument(segment_map, size, "iu"), _argument(ids, (n,), "iu")
+        if segment_map is None or ids is None or len(set(ids.tolist())) < len(ids):
+            return None
+        return np.stack([segment_map == i for i in ids.tolist()]) if n else np.zeros((0, *segment_map.shape), bool)
+    array = _as_array(masks)
+    if array is None or array.dtype.kind not in "biu" or array.ndim != 3 or len(array) != n \
+            or array.shape[1:] != size:
+        return None
+    if array.dtype.kind != "b" and not set(array.ravel().tolist()) <= {0, 1}:
+        return None
+    return array != 0
+
+
+def _prediction(image_id, arguments, mode, sizes, extra_ids, n_objects, n_predicates, max_instances):
+    """The prediction an update's arguments make, as comparable values ({part: bytes}), None when
+    they are invalid, "unsure" when the rules do not say."""
+    key = str(image_id)
+    if key not in sizes and key not in extra_ids:
+        return None
+    labels = _argument(arguments.get("labels"), (None,), "iu")
+    if labels is None or len(labels) > max_instances or not all(0 <= c < n_objects for c in labels.tolist()):
+        return None
+    n, parts = len(labels), {"labels": labels.astype(np.int64).tobytes()}
+    for name in ("triplets", "ng_triplets"):
+        if name == "ng_triplets" and arguments.get(name) is None:
+            parts[name] = parts["triplets"]  # not given: the triplets
+            continue
+        rows = _argument(arguments.get(name), (None, 3), "iu")
+        if rows is None or not all(0 <= s < n and 0 <= o < n and 0 <= p < n_predicates for s, o, p in rows.tolist()):
+            return None
+        parts[name] = rows.astype(np.int64).tobytes()
+    for name, shape in (("boxes", (None, 4)), ("scores", (None,))):
+        value = arguments.get(name)
+        if value is None:
+            if name == "boxes" and mode == "box":
+                return None  # required in box mode
+            parts[name] = b"-"
+            continue
+        array = _argument(value, shape, "iuf")
+        if array is None or len(array) != n:
+            return None
+        if name == "boxes" and mode == "box" and not all(x1 <= x2 and y1 <= y2 for x1, y1, x2, y2 in array.tolist()):
+            return None
+        parts[name] = array.astype(np.float64).tobytes()
+    if mode == "box":  # masks are ignored
+        return parts
+    masks = arguments.get("masks")
+    if n == 0:  # no masks needed: None, an empty list, (0, H, W) of any dtype, or a Panoptic map without ids
+        panoptic = _is_panoptic(masks)
+        if panoptic is None:
+            return "unsure"
+        if masks is None:
+            return parts
+        if panoptic:
+            return parts if isinstance(_mask_pixels(masks, 0, sizes.get(key)), np.ndarray) else None
+        array = _as_array(masks)
+        return parts if array is not None and array.shape in ((0,), (0, *sizes[key])) else None
+    pixels = _mask_pixels(masks, n, sizes.get(key))
+    if isinstance(pixels, str):
+        return pixels
+    if pixels is None:
+        return None
+    parts["masks"] = repr(pixels.shape).encode() + np.packbits(pixels).tobytes()
+    return parts
+
+
+def valid_update(image_id, arguments, mode, sizes, extra_ids, n_objects, n_predicates, max_instances, prior=()):
+    """(valid, sure) of Evaluator.update(image_id, **arguments), written from the module
+    docstring's rules ("The Evaluator"): the image is a test image (sizes: {evaluated image id:
+    (H, W)}; extra_ids: the test images without relations); labels (P,) integer categories in
+    range, P <= max_instances; triplets and ng_triplets (None: not given) (N, 3) integer rows in
+    range; boxes (P, 4) and scores (P,) finite numbers when given, boxes required in box mode with
+    x1 <= x2 and y1 <= y2; in mask mode masks (P, H, W) bool or 0/1 integers at the GT image's
+    size, or a Panoptic (an (H, W) integer map, P distinct integer ids), not needed when P is 0;
+    integers within int64. prior: the (image id, arguments) of the valid updates before it: the
+    same image again must repeat the same arrays (in mask mode, boxes are not judged)."""
+    context = (mode, sizes, extra_ids, n_objects, n_predicates, max_instances)
+    prediction = _prediction(image_id, arguments, *context)
+    if not isinstance(prediction, dict):
+        return False, prediction is None
+    for prior_id, prior_arguments in prior:
+        if str(prior_id) == str(image_id):
+            before = _prediction(prior_id, prior_arguments, *context)
+            differ = {part for part in prediction.keys() | before.keys() if prediction.get(part) != before.get(part)}
+            if differ:
+                return False, differ != {"boxes"} or mode == "box"
+    return True, True
+
+
+# ------------------------------------------------------------------------------ Evaluator states
+
+STATE_KEYS = ("sgeval_state", "fingerprint", "slots", "updates", "digests", "offsets", "values", "extra_ids",
+              "extra_updates", "extra_digests", "other_records")
+def _count(value):
+    """Whether an integer is an update count (1 to 2**62: the state holds int64 arrays, and two
+    counts add up)."""
+    return 1 <= int(value) <= 2 ** 62
+
+
+class _Invalid(Exception):
+    """Raised with the rule a state breaks."""
+
+
+def _state_array(value, dtype=None):
+    """A state's integer array, and whether it is surely of the state's form: a numpy array (a
+    list is read, but a state holds arrays), of the dtype when one is given."""
+    if isinstance(value, np.ndarray):
+        array, sure = value, True
+    elif isinstance(value, (list, tuple)):
+        array, sure = _as_array(value), False
+    else:
+        raise _Invalid("not an array")
+    if array is None or array.size and array.dtype.kind not in "iu":
+        raise _Invalid("an array of other than integers")
+    return array, sure and array.dtype.kind in "iu" and (dtype is None or array.dtype == dtype)
+
+
+def read_state(state, fingerprint, n_slots, extra_ids, known_records):
+    """A state_dict given to load_state_dict or merge, read by the rules of the module docstring
+    ("The Evaluator": a dict of integer arrays, per updated image its digest, update count and
+    record of counts; made under the same fingerprint) and of state_dict's layout: slots
+    (distinct GT slots < n_slots), updates (>= 1), digests (16 bytes each), offsets of each record
+    in values (from 0 to the end, increasing), values (non-negative); extra_ids (test images
+    without relations, distinct), extra_updates, extra_digests; other_records (a non-negative
+    int). known_records: {slot: set of value tuples} of valid states; another record is not
+    judged (its layout is pack_record's). Returns (valid, sure, content): content is (images,
+    extra, other_records) with images {slot: (digest, updates, record)} and extra {image id:
+    (digest, updates)}, or the rule broken when invalid."""
+    try:
+        return (True, *_read_state(state, fingerprint, n_slots, extra_ids, known_records))
+    except _Invalid as invalid:
+        return False, True, str(invalid)
+
+
+def _read_state(state, fingerprint, n_slots, extra_ids, known_records):
+    if not isinstance(state, dict) or not set(STATE_KEYS) <= set(state):
+        raise _Invalid("not a dict, or a key missing")
+    version, sure = state["sgeval_state"], set(state) == set(STATE_KEYS)
+    if not (type(version) is int and version == 1):
+        if not isinstance(version, (bool, float, np.number)) or version != 1:
+            raise _Invalid("sgeval_state is not 1")
+        sure = False  # 1 in another type
+    if not isinstance(state["fingerprint"], str) or state["fingerprint"] != fingerprint:
+        raise _Invalid("another fingerprint")
+    sure &= type(state["fingerprint"]) is str
+    arrays = {}
+    for key in ("slots", "updates", "offsets", "values", "digests"):
+        arrays[key], array_sure = _state_array(state[key], np.uint8 if key == "digests" else None)
+        sure &= array_sure
+    slots, updates, digests, offsets, values = (arrays[key] for key in ("slots", "updates", "digests", "offsets",
+                                                                          "values"))
+    n = len(slots) if slots.ndim == 1 else 0 if slots.size == 0 else -1
+    sure &= slots.ndim == 1  # an empty array of another shape: no slot, but not a state_dict's
+    if n < 0 or updates.shape != (n,) or digests.shape != (n, 16) or offsets.shape != (n + 1,) or values.ndim != 1:
+        raise _Invalid("the arrays' shapes do not agree")
+    slots, updates, offsets = (array.tolist() for array in (slots.reshape(-1), updates, offsets))
+    if len(set(slots)) < n or not all(0 <= slot < n_slots for slot in slots) or not all(map(_count, updates)):
+        raise _Invalid("slots out of range or repeated, or an update count out of range")
+    if offsets[0] != 0 or offsets[-1] != len(values) or any(b <= a for a, b in zip(offsets, offsets[1:])):
+        raise _Invalid("the offsets do not cover the values in order")
+    values = values.tolist()
+    if not all(0 <= value < 2 ** 63 for value in values) or not all(0 <= v < 256 for v in digests.ravel().tolist()):
+        raise _Invalid("a value is negative or beyond int64, or a digest byte beyond 255")
+    images = {}
+    for slot, count, digest, start, stop in zip(slots, updates, digests.tolist(), offsets, offsets[1:]):
+        record = tuple(values[start:stop])
+        sure &= record in known_records.get(slot, ())
+        images[slot] = bytes(digest), count, record
+    ids, counts, extra_digests = (state[key] for key in ("extra_ids", "extra_updates", "extra_digests"))
+    sequences = all(isinstance(v, (list, tuple)) or isinstance(v, np.ndarray) and v.ndim
+                    for v in (ids, counts, extra_digests))
+    if not sequences or not len(ids) == len(counts) == len(extra_digests):
+        raise _Invalid("extra_ids, extra_updates and extra_digests are not lists of one length")
+    sure &= isinstance(ids, list) and isinstance(extra_digests, np.ndarray) and extra_digests.dtype == np.uint8 \
+        and extra_digests.shape == (len(ids), 16)
+    keys = [str(image_id) for image_id in ids]
+    if len(set(keys)) < len(keys) or not set(keys) <= set(extra_ids):
+        raise _Invalid("an extra id is repeated or not a test image without relations")
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and _count(c) for c in counts):
+        raise _Invalid("an extra update count is not an integer from 1")
+    rows = [_as_array(digest) for digest in extra_digests]
+    if not all(row is not None and row.shape == (16,) and row.dtype.kind in "iu" and row.min() >= 0
+               and row.max() < 256 for row in rows):
+        raise _Invalid("an extra digest is not 16 bytes")
+    other = state["other_records"]
+    if not isinstance(other, (int, np.integer)) or isinstance(other, bool) or other < 0:
+        raise _Invalid("other_records is not a non-negative int")
+    sure &= type(other) is int
+    extra = {key: (bytes(row.astype(np.uint8)), int(count)) for key, count, row in zip(keys, counts, rows)}
+    return sure, (images, extra, int(other))
+
+
+def merged_state(read, prior):
+    """The (valid, sure, content) of merging a read state (read_state's) into a prior one (its
+    content): an image in both must have the same digest; update counts add up (within int64)."""
+    valid, sure, content = read
+    if not valid:
+        return read
+    (images, extra, other), (prior_images, prior_extra, prior_other) = content, prior
+    merged = [dict(prior_images), dict(prior_extra)]
+    for table, given in zip(merged, (images, extra)):
+        for key, value in given.items():
+            known = table.get(key)
+            if known is not None and (known[0] != value[0] or not _count(known[1] + value[1])):
+                return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**62"
+            table[key] = value if known is None else (known[0], known[1] + value[1], *known[2:])
+    return True, sure, (*merged, prior_other + other)

@@ -6,20 +6,25 @@ Outcomes: ``error`` (one clean error: SGEvalError, ConvertError, exit code 1 or 
 ``accepted`` (results, and the reference decoder or validator agrees), ``traceback`` (any other
 exception), ``memory`` (MemoryError under the limit), ``silent`` (accepted, but the reference says
 the input is invalid or decodes it differently), ``refused`` (an error for input the reference
-finds valid). The parent adds ``crash`` and ``hang``.
+finds valid), ``dirty`` (the Evaluator's SGEvalError changed its state, or its problems are not one
+line each naming the image). The parent adds ``crash`` and ``hang``.
 
 The references, per reader: fuzz/oracle.py's validators (written from the documented rules) for
 triplets.json, psg.json, YAML configs and command lines; tifffile for TIFFs; PIL for PNGs; the
 zipfile module and the unbroken workspace's results for ZIP structure; numpy's own .npz reader;
 the pickle module with numpy's own reconstructors (in a forked child, as they trust their input)
-for pickles; for torch.save files (no reference without torch) the lazy and the eager load agree."""
+for pickles; for torch.save files (no reference without torch) the lazy and the eager load agree;
+for the Evaluator's updates and states fuzz/oracle.py's validators, and after an acceptance the
+state it holds (the update counted; a valid state as given, or merged) and compute()."""
 
 import contextlib
+import copy
 import functools
 import io
 import json
 import os
 import pickle
+import re
 import resource
 import shutil
 import signal
@@ -32,22 +37,27 @@ from pathlib import Path
 
 import numpy as np
 
-from fuzz.cases import EVALUATED, HEIGHT, PREDICATES, STUFF, THINGS, WIDTH
-from fuzz.oracle import valid_config, valid_gt, valid_prediction
+from fuzz.cases import (EVALUATED, EXTRA, HEIGHT, PREDICATES, STUFF, THINGS, WIDTH, Big, base_update,
+                        evaluator_files, evaluator_states, make_evaluator)
+from fuzz.oracle import merged_state, read_state, valid_config, valid_gt, valid_prediction, valid_update
 
 ADDRESS_SPACE = 3 << 30
+EVALUATOR_READERS = ("update", "state")
 
 
 def run_case(case, base, folder):
     """The outcome (kind, detail) of one case in a fresh copy of the base workspace."""
     import sgeval
-    from convert import common
+    from sgeval_convert import common
     work = Path(tempfile.mkdtemp(dir=folder))
+    evaluator = case["reader"] in EVALUATOR_READERS
     try:
-        for name, data in {**base, **case["files"]}.items():
+        for name, data in {**(evaluator_files(base) if evaluator else base), **case["files"]}.items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_bytes(data)
         with contextlib.chdir(work):
+            if evaluator:
+                return _evaluator_case(case, base, sgeval)
             try:
                 result = _target(case, sgeval, common)
             except (sgeval.SGEvalError, common.ConvertError) as error:
@@ -83,8 +93,8 @@ def _target(case, sgeval, common):
         common.LAZY_BYTES = 64  # (the base pickle's arrays are small) and read by load_source
         return [common.load_source(source, f"result {index}")
                 for index, source in enumerate(common.open_raw("raw.pkl").sources)]
-    if reader == "torchfile":  # as convert/sgb.py reads it: lazily, then every tensor; and eagerly
-        from convert import torchfile
+    if reader == "torchfile":  # as sgeval_convert/sgb.py reads it: lazily, then every tensor; and eagerly
+        from sgeval_convert import torchfile
         return (torchfile.read_lazy(torchfile.load("raw.pytorch", lazy=True), "raw.pytorch"),
                 torchfile.load("raw.pytorch"))
     if reader == "npz":
@@ -93,6 +103,168 @@ def _target(case, sgeval, common):
             common.field(result, name, "raw.npz", required=False)
         return result
     return sgeval.evaluate(sgeval.load_config("config.yaml"))
+
+
+_EVALUATORS = {}  # mode -> a pickled Evaluator of the base config, made once per worker
+
+
+def _evaluator(base, mode):
+    """A fresh Evaluator in mask or box mode: a copy of one made in the first case's folder (its GT
+    paths are relative: it reads the PNGs of the current case's folder, a copy of the same)."""
+    if mode not in _EVALUATORS:
+        evaluator = make_evaluator(base, mode)
+        evaluator.fingerprint()  # reads the GT file now
+        _EVALUATORS[mode] = pickle.dumps(evaluator)
+    return pickle.loads(_EVALUATORS[mode])
+
+
+def _evaluator_case(case, base, sgeval):
+    """The outcome of an Evaluator reader's case (the current folder holds the evaluator files)."""
+    try:
+        return (_update_case if case["reader"] == "update" else _state_case)(case, base, sgeval)
+    except MemoryError:
+        return "memory", traceback.format_exc(limit=-3)[-600:]
+    except Exception:  # noqa: BLE001 -- every other exception is what this run looks for
+        return "traceback", traceback.format_exc(limit=-3)[-1200:]
+
+
+def _update_case(case, base, sgeval):
+    """Evaluator.update with the case's arguments after its prior (valid) updates: a clean error
+    leaves the state as it was, an acceptance counts the update and computes."""
+    mode, image_id = case.get("mode", "mask"), case.get("image_id", EVALUATED[0])
+    arguments = case["arguments"] if "arguments" in case else base_update(EVALUATED[0])
+    evaluator = _evaluator(base, mode)
+    for prior_id, prior_arguments in case.get("prior", []):
+        try:
+            evaluator.update(prior_id, **prior_arguments)
+        except sgeval.SGEvalError as error:
+            return "refused", f"the prior valid update of image {prior_id}: {error.problems[0][:300]}"
+    before = evaluator.state_dict()
+
+    def verdict():
+        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in (*EVALUATED, EXTRA)}, {EXTRA},
+                            len(THINGS + STUFF), len(PREDICATES), sgeval.MAX_INSTANCES, case.get("prior", []))
+
+    try:
+        evaluator.update(image_id, **arguments)
+    except sgeval.SGEvalError as error:
+        return _refusal(error, evaluator, before, str(image_id), verdict)
+    valid, sure = verdict()
+    if sure and not valid:
+        return "silent", f"invalid by fuzz/oracle.py, accepted: update({image_id!r}, {_describe(arguments)})"
+    slot = evaluator.slot_of.get(str(image_id))
+    key = ("extra", str(image_id)) if slot is None else ("slot", slot)
+    expected = _update_counts(before)
+    expected[key] = expected.get(key, 0) + 1
+    return _after_acceptance(evaluator, base, mode, lambda state: _update_counts(state) == expected,
+                             "the update counted once", "skip" if case.get("prior") else "empty")
+
+
+def _update_counts(state):
+    """{("slot", slot) or ("extra", image id): update count} of a state_dict."""
+    extra = zip(state["extra_ids"], np.asarray(state["extra_updates"]).tolist())
+    return {**{("slot", slot): count for slot, count in zip(state["slots"].tolist(), state["updates"].tolist())},
+            **{("extra", str(image_id)): count for image_id, count in extra}}
+
+
+def _describe(arguments):
+    """Update arguments in a few words: the dtype and shape of arrays, the type of anything else."""
+    def one(value):
+        if isinstance(value, np.ndarray):
+            return f"{value.dtype}{list(value.shape)}"
+        if isinstance(value, (tuple, list)) and len(value) < 4:
+            return f"{type(value).__name__}({', '.join(map(one, value))})"
+        return type(value).__name__
+    return ", ".join(f"{name}={one(value)}" for name, value in arguments.items())
+
+
+_ESCAPABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a problem may show escaped: controls, line breaks
+
+
+def _refusal(error, evaluator, before, image_id, verdict):
+    """error, or refused when the reference finds the input valid, or dirty when the problems
+    are not one line each (naming image_id when given) or the state changed."""
+    problems = error.problems
+    if not isinstance(problems, list) or not problems:
+        return "dirty", f"SGEvalError without problems: {problems!r:.300}"
+    for problem in problems:
+        if not isinstance(problem, str) or not problem.strip() or len(problem.splitlines()) != 1:
+            return "dirty", f"a problem is not one line: {problem!r:.300}"
+        if image_id is not None and not all(part in problem for part in _ESCAPABLE.split(image_id)):
+            return "dirty", f"a problem does not name image {image_id!r}: {problem!r:.300}"
+    if pickle.dumps(evaluator.state_dict()) != pickle.dumps(before):
+        return "dirty", f"the state changed: {problems[0][:300]}"
+    valid, sure = verdict()
+    if valid and sure:
+        return "refused", f"valid by fuzz/oracle.py: {problems[0][:300]}"
+    return "error", problems[0][:300]
+
+
+def _after_acceptance(evaluator, base, mode, holds, what, missing="empty"):
+    """accepted when compute(missing) works, the state loads back into a fresh Evaluator as itself
+    and holds(state_dict()); else traceback or silent."""
+    try:
+        if "metrics" not in evaluator.compute(missing=missing):
+            return "silent", f"compute(missing={missing!r}) has no metrics"
+        state = evaluator.state_dict()
+        fresh = _evaluator(base, mode)
+        fresh.load_state_dict(state)
+        same = pickle.dumps(fresh.state_dict()) == pickle.dumps(state)
+    except MemoryError:
+        return "memory", "after acceptance: " + traceback.format_exc(limit=-3)[-600:]
+    except Exception:  # noqa: BLE001 -- the Evaluator accepted what it then fails on
+        return "traceback", "after acceptance: " + traceback.format_exc(limit=-3)[-1200:]
+    if not same:
+        return "silent", "accepted, but its state_dict() does not load back as itself"
+    return ("accepted", "") if holds(state) else ("silent", f"accepted, but the state is not {what}")
+
+
+def _state_case(case, base, sgeval):
+    """load_state_dict and merge of the case's state into an Evaluator holding its prior state (a
+    valid one, or none): a clean error leaves the state as it was, an acceptance holds the state
+    given (or the merge) when the reference reads it as valid, and computes."""
+    mode, states = case.get("mode", "mask"), evaluator_states(base)
+    given = case["state"] if "state" in case else states["full"]
+    if isinstance(given, dict):
+        given = {key: value.array() if isinstance(value, Big) else value for key, value in given.items()}
+    big = isinstance(case.get("state"), dict) and any(isinstance(value, Big) for value in case["state"].values())
+    same_mode = {name: state for name, state in states.items() if (name == "box") == (mode == "box")}
+    known = {}  # slot -> the records of the valid states
+    for state in same_mode.values():
+        offsets = state["offsets"].tolist()
+        for slot, start, stop in zip(state["slots"].tolist(), offsets, offsets[1:]):
+            known.setdefault(slot, set()).add(tuple(state["values"][start:stop].tolist()))
+
+    def read(state):
+        return read_state(state, next(iter(same_mode.values()))["fingerprint"], len(EVALUATED), {EXTRA}, known)
+
+    prior = states[case["prior"]] if case.get("prior") else None
+    outcomes = []
+    for method in ("load_state_dict", "merge"):
+        evaluator = _evaluator(base, mode)
+        if prior is not None:
+            evaluator.load_state_dict(copy.deepcopy(prior))
+        expected = read(given) if method == "load_state_dict" else \
+            merged_state(read(given), read(prior)[2] if prior is not None else ({}, {}, 0))
+        before, given_before = evaluator.state_dict(), None if big else pickle.dumps(given)
+        try:
+            getattr(evaluator, method)(given)
+        except sgeval.SGEvalError as error:
+            outcome = _refusal(error, evaluator, before, None, lambda: expected[:2])
+        else:
+            valid, sure, content = expected
+            outcome = ("silent", f"invalid by fuzz/oracle.py ({content}), accepted") if sure and not valid else \
+                _after_acceptance(evaluator, base, mode, lambda state: not sure or read(state)[2] == content,
+                                  "the given state" if method == "load_state_dict" else "the merge",
+                                  "skip" if method == "load_state_dict" else "empty")
+        if not big and pickle.dumps(given) != given_before:
+            outcome = "dirty", "it changed the state it was given"
+        outcomes.append((method, outcome))
+    for method, (kind, detail) in outcomes:
+        if kind not in ("error", "accepted"):
+            return kind, f"{method}: {detail}"
+    return next((kind, f"{method}: {detail}") for method, (kind, detail) in outcomes
+                if kind == "error" or method == "merge")
 
 
 @functools.lru_cache(maxsize=1)
@@ -286,7 +458,7 @@ def _same_arrays(ours, reference):
 
 
 def _same(a, b):
-    if hasattr(a, "fields") and hasattr(b, "fields"):  # convert.common's RawResult and BoxList holders
+    if hasattr(a, "fields") and hasattr(b, "fields"):  # sgeval_convert.common's RawResult and BoxList holders
         return type(a) is type(b) and _same(a.fields, b.fields)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \

@@ -21,7 +21,7 @@ from . import limits
 FIELDS = ("csrf", "method", "paper_url", "code_url", "public", "file")
 MAX_FIELD_BYTES = 2048
 MAX_PARTS = 16
-MAX_PROBLEMS = 1000  # problem lines of one upload kept and shown; the rest are counted
+MAX_PROBLEMS = sgeval.MAX_PROBLEMS  # problem lines of one upload kept and shown; the rest are counted
 DEFAULT_RECORDS_FACTOR = 4  # an upload holds at most this many image records per test image of its split
 
 
@@ -198,39 +198,27 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-class Problems:
-    """A check's problems as sgeval's reader adds them (append, extend, +=): the first
-    MAX_PROBLEMS lines kept, the rest only counted. len() is the count of all (the reader compares
-    it before and after a record to know whether the record had a problem). With stop_after, the
-    problem after that many raises Problems.Stop, once: the reading ends there."""
+class Problems(sgeval.ProblemList):
+    """sgeval's ProblemList of a check (the first sgeval.MAX_PROBLEMS lines kept, the rest only
+    counted; len() counts all), which can end the reading: with stop_after, the problem after
+    that many raises Problems.Stop, once."""
 
     class Stop(Exception):
         pass
 
-    def __init__(self, keep=MAX_PROBLEMS, stop_after=None):
-        self.keep, self.stop_after, self.kept, self.count, self.stopped = keep, stop_after, [], 0, False
+    def __init__(self, stop_after=None):
+        self.stop_after, self.stopped = stop_after, False
+        super().__init__()
 
     def append(self, line):
-        self.count += 1
-        if len(self.kept) < self.keep:
-            self.kept.append(line)
+        super().append(line)
         if self.stop_after is not None and self.count > self.stop_after and not self.stopped:
             self.stopped = True
             raise Problems.Stop()
 
-    def extend(self, lines):
-        for line in lines:
-            self.append(line)
-
-    def __iadd__(self, lines):
-        self.extend(lines)
-        return self
-
-    def __len__(self):
-        return self.count
-
-    def __iter__(self):
-        return iter(self.kept)
+    @property
+    def kept(self):
+        return [line for line in self]  # iterating a list subclass: the kept lines (its len() is the count)
 
     def lines(self, name):
         """The kept lines, and one counting the rest (named after the upload) when there are more."""

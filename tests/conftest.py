@@ -6,7 +6,9 @@ demo data made once per session (the demo_data fixture)."""
 
 import io
 import json
+import os
 import re
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -20,6 +22,8 @@ import sgeval
 from tools import make_demo, synth
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository root (configs/, sgeval.py, ...)
+# Prepared GT goes to a folder of this run (its child processes inherit it), not the user's cache.
+os.environ["SGEVAL_GT_CACHE"] = tempfile.mkdtemp(prefix="sgeval-gt-cache-")
 
 THINGS = ["person", "horse", "dog"]
 STUFF = ["grass", "sky"]

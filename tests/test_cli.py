@@ -88,7 +88,7 @@ def test_yaml_config_run_prints_the_table_and_writes_the_json(tmp_path):
         "absent_predicates": "skip", "workers": 1, "output": str(output), "train_gt": None,
         "zeroshot_triplets": None, "protocols": [], "imr_k": ["10", "20", "50"], "wimr_tau": 0.5,
         "aggregation": "per_image", "per_predicate": False, "audit": True, "task": "sgdet",
-        "predicate_groups": None, "confusion_k": "50", "per_image": None, "model": None}
+        "predicate_groups": None, "confusion_k": "50", "per_image": None, "model": None, "gt_cache": None}
     assert results["metrics"]["R@20"] == pytest.approx(1 / 3, abs=1e-15)
     assert results["metrics"]["InstR"] == 1.0
     assert results["images"] == {"evaluated": 1, "missing_predictions": 0, "skipped_no_relations": 0,
@@ -402,7 +402,7 @@ def test_load_config_maps_yaml_keys_onto_the_frozen_dataclass(tmp_path):
         "output": "out.json", "train_gt": None, "zeroshot_triplets": None, "protocols": (),
         "imr_k": ("10", "20", "50"), "wimr_tau": 0.5, "aggregation": "per_image", "per_predicate": False,
         "audit": True, "task": "sgdet", "predicate_groups": None, "confusion_k": "50", "per_image": None,
-        "model": None}
+        "model": None, "gt_cache": None}
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.workers = 1
     assert sgeval.load_config(path, protocol=None, k=None, gt_seg=None, workers=None) == config
@@ -449,21 +449,27 @@ def test_help_lists_the_options():
             assert option in result.output, option
 
 
-def test_import_and_help_compile_no_numba_kernel():
+def test_import_and_help_import_no_numba_and_compile_no_kernel():
+    """Importing sgeval and its --help neither import numba nor compile a kernel; the first call of
+    a kernel makes every kernel a numba dispatcher, and compiles only what runs."""
     code = (
-        "import numba, sgeval\n"
+        "import sys, numpy as np, sgeval\n"
         "from click.testing import CliRunner\n"
         "result = CliRunner().invoke(sgeval.main, ['--help'])\n"
         "assert result.exit_code == 0, result.output\n"
+        "before = 'numba' in sys.modules, len(sgeval._KERNELS), type(sgeval.mask_iou).__name__\n"
+        "sgeval.popcount64(np.uint64(6))\n"
+        "import numba\n"
         "kernels = [v for v in vars(sgeval).values() if isinstance(v, numba.core.dispatcher.Dispatcher)]\n"
-        "print(len(kernels), sum(len(k.signatures) for k in kernels), len(sgeval.mask_iou.signatures))\n"
+        "print(*before, len(kernels), len(sgeval.popcount64.signatures), len(sgeval.mask_iou.signatures))\n"
     )
     env = {**os.environ, "SGEVAL_NO_JIT_CACHE": "1"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    n_kernels, n_signatures, n_mask_iou = map(int, done.stdout.split())
-    assert n_kernels >= 5 and n_signatures == 0 and n_mask_iou == 0
+    imported, n_marked, kind, n_kernels, n_popcount, n_mask_iou = done.stdout.split()
+    assert (imported, kind) == ("False", "_Kernel") and int(n_marked) >= 10
+    assert int(n_kernels) == int(n_marked) and (n_popcount, n_mask_iou) == ("1", "0")
 
 
 # --------------------------------------------------------------------------------- workers, entry point

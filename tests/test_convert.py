@@ -1,4 +1,4 @@
-"""Converters (convert/): raw model outputs of every family, built here with stand-in classes under
+"""Converters (sgeval_convert/): raw model outputs of every family, built here with stand-in classes under
 the real module paths and pickled as the models' tools/test.py does (protocol 2, numpy-1 global
 names), are converted, evaluated with sgeval and checked against metrics computed directly from
 the raw arrays. Plus the restricted unpickler, streaming (results handed out and released one by one,
@@ -20,11 +20,11 @@ import zipfile
 import numpy as np
 import pytest
 import yaml
+from click.testing import CliRunner
 from conftest import ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval, synth
 
-from convert import common, hilo, openpsg, pairnet
-
-convert_main = importlib.import_module("convert.__main__")
+from sgeval_convert import common, hilo, openpsg, pairnet
+from sgeval_convert import recipe as convert_recipe
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
 HEIGHT, WIDTH = 24, 32
@@ -341,8 +341,12 @@ def evaluate(gt_case, pred, protocol):
 
 def run_module(module, *args):
     """``python -m <module> args`` from the repository root, as the documentation says to run it."""
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    return run_command("-m", module, *args)
+
+
+def run_command(*args, cwd=ROOT):
+    """``python args`` in cwd (the repository root by default)."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def read_records(pred):
@@ -706,7 +710,7 @@ def test_crafted_numpy_data_is_refused_before_numpy_sees_it(tmp_path, name):
     """Run in a child process: a crash there fails the test instead of killing the run."""
     path = tmp_path / "crafted.pkl"
     path.write_bytes(pickle.dumps([{"labels": CRAFTED_NUMPY[name]}], protocol=2))
-    code = ("import resource, sys; from convert import common; "
+    code = ("import resource, sys; from sgeval_convert import common; "
             "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
             f"common.load_pickle({str(path)!r})")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -844,31 +848,86 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     assert not (tmp_path / "out2.zip").exists()
 
 
+CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "vg150", "gqa200", "zeroshot")
+
+
+def test_sgeval_convert_lists_every_family_and_runs_it(tmp_path, standins, gt_case):
+    from sgeval_convert import cli
+
+    assert cli.FAMILIES == CONVERTERS
+    listing = CliRunner().invoke(cli.main, ["--help"], prog_name="sgeval convert")
+    assert listing.exit_code == 0, listing.output
+    families = listing.output.split("\nFamilies")[1].splitlines()[1:]
+    assert [line.split()[0] for line in families] == list(CONVERTERS)  # one line each, with its summary
+    assert all(len(line.split()) > 1 and not line.endswith("...") for line in families)
+    for family in CONVERTERS:  # each family's own options, under its name
+        shown = CliRunner().invoke(cli.main, [family, "--help"], prog_name="sgeval convert")
+        assert shown.exit_code == 0 and shown.output.startswith(f"Usage: sgeval convert {family} [OPTIONS]")
+        assert shown.output == CliRunner().invoke(importlib.import_module(f"sgeval_convert.{family}").main, ["--help"],
+                                                  prog_name=f"sgeval convert {family}").output
+    for args, words in [(["bogus"], "no family 'bogus'; the families are openpsg, hilo,"),
+                        (["--quiet", "hilo"], "--quiet cannot go with a family"), (["--quiet"], "name a family, or")]:
+        refused = CliRunner().invoke(cli.main, args)
+        assert refused.exit_code == 2 and f"Error: {words}" in refused.output, refused.output
+    # the sgeval command dispatches to it
+    raw = standins.pickle(tmp_path / "r.pkl", [hilo_result(np.random.default_rng(8), gt) for gt in gt_case[2]])
+    done = run_command("sgeval.py", "convert", "hilo", "--gt", gt_case[0], "--quiet", str(raw), str(tmp_path / "o.zip"))
+    assert done.returncode == 0 and done.stdout.startswith(f"wrote {tmp_path / 'o.zip'}: "), done.stderr
+    assert run_module("sgeval_convert", "hilo", "--gt", gt_case[0], "--quiet", str(raw), str(tmp_path / "m.zip")
+                      ).returncode == 0
+    assert (tmp_path / "m.zip").read_bytes() == (tmp_path / "o.zip").read_bytes()
+
+
+def test_convert_folder_only_runs_the_package(tmp_path):
+    """convert/<family>.py runs sgeval_convert.<family> (python -m convert.<family> in a checkout, or
+    the file where sgeval_convert is importable), says in one line how to run it where it is not,
+    and is never a second copy of the converter's module; python -m convert runs sgeval convert."""
+    entry = (ROOT / "convert" / "hilo.py").read_text()
+    for family in CONVERTERS:  # the same file, with its own name
+        assert (ROOT / "convert" / f"{family}.py").read_text() == entry.replace("hilo", family)
+        with pytest.raises(ImportError, match=f"^convert.{family} only runs the converter; import "
+                                              f"sgeval_convert.{family} instead$"):
+            importlib.import_module(f"convert.{family}")
+    usage = "Usage: python -m sgeval_convert.hilo [OPTIONS] RAW OUT"
+    assert run_module("convert.hilo", "--help").stdout.startswith(usage)
+    assert run_module("convert", "--help").stdout.startswith("Usage: python -m sgeval_convert [OPTIONS] FAMILY")
+    script = str(ROOT / "convert" / "hilo.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as where sgeval is installed
+    ran = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.startswith(usage), ran.stderr
+    env.pop("PYTHONPATH")  # -S: no site-packages, so no installed sgeval_convert either
+    alone = subprocess.run([sys.executable, "-S", script, "--help"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True)
+    assert (alone.returncode, alone.stdout) == (1, "")
+    assert alone.stderr == ("error: sgeval_convert is not importable here: run `python -m convert.hilo ...` from the "
+                            "repository root, or install sgeval and run `sgeval convert hilo ...`\n")
+
+
 def test_make_eval_conversion_step_converts_only_when_needed(tmp_path, standins, gt_case):
     rng = np.random.default_rng(10)
     raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
     config = tmp_path / "hilo.yaml"  # a plain sgeval config
     config.write_text(f"gt: {gt_case[0]}\ngt_seg: {gt_case[1]}\npred: {tmp_path / 'hilo.zip'}\n")
     recipe = tmp_path / "convert" / "hilo.yaml"  # found by default: <config's folder>/convert/<config's stem>.yaml
-    assert "nothing to convert (no conversion recipe" in convert_main.prepare(str(config))[0]
+    assert "nothing to convert (no conversion recipe" in convert_recipe.prepare(str(config))[0]
     recipe.parent.mkdir()
     recipe.write_text(f"family: hilo\nraw: {raw}\n")
-    message, summary = convert_main.prepare(str(config), workers=2)
+    message, summary = convert_recipe.prepare(str(config), workers=2)
     assert "does not exist" in message and summary["images"] == len(gt_case[2])
-    assert convert_main.prepare(str(config))[1] is None  # up to date (the worker count is not an option)
+    assert convert_recipe.prepare(str(config))[1] is None  # up to date (the worker count is not an option)
     os.utime(raw, (time.time() + 5, time.time() + 5))
-    assert "is older than" in convert_main.prepare(str(config))[0]
+    assert "is older than" in convert_recipe.prepare(str(config))[0]
     other = tmp_path / "other.pkl"
     other.write_bytes(raw.read_bytes())
     os.utime(other, (time.time() - 100, time.time() - 100))
-    assert "another raw" in convert_main.prepare(str(config), raw=str(other))[0]
+    assert "another raw" in convert_recipe.prepare(str(config), raw=str(other))[0]
     recipe.write_text(recipe.read_text() + "predicate_source: rel_labels\n")
-    assert "another options" in convert_main.prepare(str(config), raw=str(other))[0]
+    assert "another options" in convert_recipe.prepare(str(config), raw=str(other))[0]
     recipe.write_text(recipe.read_text().replace("predicate_source", "predicate_sauce"))
     with pytest.raises(common.ConvertError, match=f"^{recipe}: unknown key 'predicate_sauce'; valid keys: family, "
                                                   f"raw, predicate_source, ng_top, ng_per_predicate$"):
-        convert_main.prepare(str(config))
-    assert "nothing to convert" in convert_main.prepare(str(ROOT / "configs" / "demo.yaml"))[0]
+        convert_recipe.prepare(str(config))
+    assert "nothing to convert" in convert_recipe.prepare(str(ROOT / "configs" / "demo.yaml"))[0]
     results = sgeval.evaluate(sgeval.load_config(str(config)))
     assert results["images"]["evaluated"] == len(gt_case[2])
 
@@ -881,13 +940,13 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
     named = tmp_path / "recipes" / "pairnet-top10.yaml"
     named.parent.mkdir()
     named.write_text(f"# a recipe\nfamily: pairnet\nraw: {raw}\nng_top: 10\n")
-    assert "nothing to convert" in convert_main.prepare(str(config))[0]  # no convert/model.yaml
-    message, summary = convert_main.prepare(str(config), recipe=str(named), pred=str(tmp_path / "top10.zip"))
+    assert "nothing to convert" in convert_recipe.prepare(str(config))[0]  # no convert/model.yaml
+    message, summary = convert_recipe.prepare(str(config), recipe=str(named), pred=str(tmp_path / "top10.zip"))
     assert message.startswith(f"converting {raw} -> {tmp_path / 'top10.zip'}") and summary["images"] == len(gt_case[2])
     with zipfile.ZipFile(tmp_path / "top10.zip") as archive:
         provenance = json.loads(archive.read(common.PROVENANCE))
     assert provenance["family"] == "pairnet" and provenance["options"]["ng_top"] == 10
-    found = convert_main.plan(str(config), recipe=str(named))
+    found = convert_recipe.plan(str(config), recipe=str(named))
     assert (found.family, found.raw, found.gt, found.options["ng_top"]) == ("pairnet", str(raw), gt_case[0], 10)
 
     def problem(recipe_text=None, config_text=None, **overrides):
@@ -896,7 +955,7 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
         if config_text is not None:
             config.write_text(config_text)
         with pytest.raises(sgeval.SGEvalError) as error:
-            convert_main.prepare(str(config), recipe=str(named), **overrides)
+            convert_recipe.prepare(str(config), recipe=str(named), **overrides)
         return error.value.problems
 
     assert problem("family: hola\nraw: x.pkl\n") == [
@@ -913,20 +972,20 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
     assert problem(raw=str(tmp_path / "gone2.pkl")) == [
         f"{tmp_path / 'gone2.pkl'}: the raw output named by --raw does not exist"]
     with pytest.raises(common.ConvertError, match="cannot read the conversion recipe"):  # a named recipe must exist
-        convert_main.prepare(str(config), recipe=str(tmp_path / "missing.yaml"))
+        convert_recipe.prepare(str(config), recipe=str(tmp_path / "missing.yaml"))
     # a config still holding a 'convert' mapping is told where that went (sgeval rejects the key)
     assert problem(config_text=config.read_text() + f"convert: {{family: pairnet, raw: {raw}}}\n") == [
         f"{config}: 'convert' is not an sgeval config key; move its mapping (family, raw, options) into the "
         f"conversion recipe {named}"]
     with pytest.raises(common.ConvertError, match=f"into the conversion recipe {tmp_path / 'convert' / 'model.yaml'}$"):
-        convert_main.prepare(str(config))
+        convert_recipe.prepare(str(config))
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
     assert "convert" not in yaml.safe_load(config.read_text())
     recipe = ROOT / "configs" / "convert" / config.name
-    found = convert_main.plan(str(config))
+    found = convert_recipe.plan(str(config))
     if not recipe.exists():
         assert config.stem in ("demo", "psg", "vg150", "gqa200", "vg150-demo") and found is None
         return
@@ -943,18 +1002,20 @@ def test_every_recipe_belongs_to_a_config():
     assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
 
 
-def test_python_m_convert_converts_once(tmp_path, standins, gt_case):
+@pytest.mark.parametrize("command", [("sgeval.py", "convert"), ("-m", "convert")])
+def test_the_conversion_step_converts_once(tmp_path, standins, gt_case, command):
+    """What `make eval` runs (sgeval.py convert --config), and in a checkout python -m convert --config."""
     rng = np.random.default_rng(14)
     raw = standins.pickle(tmp_path / "hilo.pkl", [hilo_result(rng, gt) for gt in gt_case[2]])
     config = tmp_path / "hilo.yaml"
     config.write_text(f"gt: {gt_case[0]}\npred: {tmp_path / 'hilo.zip'}\n")
     (tmp_path / "convert").mkdir()
     (tmp_path / "convert" / "hilo.yaml").write_text(f"family: hilo\nraw: {raw}\n")
-    first = run_module("convert", "--config", str(config), "--quiet")
+    first = run_command(*command, "--config", str(config), "--quiet")
     assert first.returncode == 0, first.stderr
     assert first.stderr.startswith(f"converting {raw} -> {tmp_path / 'hilo.zip'} ({tmp_path / 'hilo.zip'} does not "
                                    f"exist)\nwrote {tmp_path / 'hilo.zip'}: {len(gt_case[2])} images")
-    second = run_module("convert", "--config", str(config), "--quiet")
+    second = run_command(*command, "--config", str(config), "--quiet")
     assert (second.returncode, second.stderr) == (0, f"{tmp_path / 'hilo.zip'} is up to date (converted from {raw})\n")
 
 
@@ -1069,7 +1130,7 @@ def test_progress_reports_images_and_megabytes_per_second(tmp_path, standins, gt
     pairnet.convert(str(path), str(tmp_path / "out.zip"), gt=gt_case[0], progress=lambda *args: calls.append(args))
     assert [call[:2] for call in calls] == [(n, len(raws)) for n in range(1, len(raws) + 1)]
     assert all(call[2].endswith("MB/s") and "images/s" in call[2] for call in calls)
-    result = subprocess.run([sys.executable, "-m", "convert.pairnet", "--gt", gt_case[0], str(path),
+    result = subprocess.run([sys.executable, "-m", "sgeval_convert.pairnet", "--gt", gt_case[0], str(path),
                              str(tmp_path / "cli.zip"), "--workers", "2"], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode != 0 or (tmp_path / "cli.zip").read_bytes() == (tmp_path / "out.zip").read_bytes()

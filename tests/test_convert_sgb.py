@@ -1,5 +1,5 @@
-"""convert/sgb.py (Scene-Graph-Benchmark's eval_results.pytorch -> sgeval predictions, box mode) and
-convert/zeroshot.py: a generated box-mode GT JSON and eval_results files written by
+"""sgeval_convert/sgb.py (Scene-Graph-Benchmark's eval_results.pytorch -> sgeval predictions, box mode) and
+sgeval_convert/zeroshot.py: a generated box-mode GT JSON and eval_results files written by
 tools/torchsave.py in both torch.save formats; one small hand case per rule; the converted ZIP read
 by sgeval and evaluated under the sgb protocol."""
 
@@ -12,8 +12,8 @@ import yaml
 from click.testing import CliRunner
 from conftest import LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval
 
-from convert import __main__ as convert_main
-from convert import common, sgb, zeroshot
+from sgeval_convert import recipe as convert_recipe
+from sgeval_convert import common, sgb, zeroshot
 from tools import torchsave
 
 OBJECTS, PREDICATES = ["person", "horse", "dog", "hat"], ["on", "has", "near"]
@@ -269,9 +269,9 @@ def test_cli_and_recipe(tmp_path, gt):
                                                       "protocol": "sgb"}))
     (tmp_path / "convert").mkdir()
     (tmp_path / "convert" / "vg.yaml").write_text(yaml.safe_dump({"family": "sgb", "raw": str(raw), "task": "predcls"}))
-    message, summary = convert_main.prepare(tmp_path / "vg.yaml")
+    message, summary = convert_recipe.prepare(tmp_path / "vg.yaml")
     assert message.startswith("converting") and summary["task:predcls"] == 2
-    message, summary = convert_main.prepare(tmp_path / "vg.yaml")
+    message, summary = convert_recipe.prepare(tmp_path / "vg.yaml")
     assert "is up to date" in message and summary is None
 
 

@@ -1,18 +1,19 @@
-"""The GT converters ``convert.vg150`` (Scene-Graph-Benchmark's VG150 h5 files) and
-``convert.gqa200`` (the GQA-200 json files): each loader rule on a hand case (box truncation,
+"""The GT converters ``sgeval_convert.vg150`` (Scene-Graph-Benchmark's VG150 h5 files) and
+``sgeval_convert.gqa200`` (the GQA-200 json files): each loader rule on a hand case (box truncation,
 float32 and clipping, corrupted ids, split selection with val, duplicate rows, GQA's skipped entry
 5,580), hostile inputs (one line per problem, nothing written), and generated files
 (``tools/make_vg_data.py``) converted, read back by ``sgeval.read_gt`` and evaluated."""
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import checked, only, sgeval
 
-from convert import gqa200, gtjson, vg150
+from sgeval_convert import gqa200, gtjson, vg150
 from tools import make_vg_data as mk
 
 # ---------------------------------------------------------------------------------------------
@@ -215,6 +216,13 @@ def test_vg_not_an_h5_file(tmp_path):
     paths["h5"].write_bytes(b"not hdf5")
     problems, _ = vg_problems(tmp_path, BASE, files=paths)
     only(problems, paths["h5"], None, "cannot read HDF5")
+
+
+def test_vg_without_h5py_says_what_to_install(tmp_path, monkeypatch):
+    paths = vg_files(tmp_path, BASE)
+    monkeypatch.setitem(sys.modules, "h5py", None)  # import h5py: ModuleNotFoundError
+    problems, _ = vg_problems(tmp_path, BASE, files=paths)
+    only(problems, paths["h5"], None, "needs h5py", "pip install 'sgeval[vg150]'")
 
 
 def rewrite(path, change):

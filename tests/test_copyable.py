@@ -1,5 +1,5 @@
 """sgeval.py is one copyable file: copied alone into another directory (no pyproject.toml, no
-convert/ or tools/, the repository not on the path), it runs there and gives the results of the
+sgeval_convert/ or tools/, the repository not on the path), it runs there and gives the results of the
 repository's module. Plus: the helpers beside it import sgeval normally and never patch sys.path."""
 
 import json
@@ -52,9 +52,11 @@ def test_sgeval_py_copied_alone_runs_and_gives_the_same_results(tmp_path):
 
 
 def test_helpers_import_sgeval_normally():
-    """convert/ and tools/ are run as modules from the repository root (python -m convert.hilo,
-    python -m tools.make_demo) and the tests get the root from pyproject.toml's pytest pythonpath."""
-    paths = [*sorted((ROOT / "convert").glob("*.py")), *sorted((ROOT / "tools").glob("*.py")),
+    """sgeval_convert/ is a package installed with sgeval, convert/ and tools/ are run as modules from
+    the repository root (python -m convert.hilo, python -m tools.make_demo) and the tests get the
+    root from pyproject.toml's pytest pythonpath."""
+    paths = [*sorted((ROOT / "sgeval_convert").glob("*.py")), *sorted((ROOT / "convert").glob("*.py")),
+             *sorted((ROOT / "tools").glob("*.py")),
              ROOT / "tests" / "conftest.py"]
     assert len(paths) > 8
     assert [path for path in paths if re.search(r"\bsys\.path\b", path.read_text())] == []

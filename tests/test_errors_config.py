@@ -21,7 +21,8 @@ def test_config_unknown_key_lists_the_valid_keys(tmp_path):
 
 
 @pytest.mark.parametrize("k", [["0"], ["-5"], ["abc"], ["x0"], ["x-1"], ["xnan"], ["xinf"], ["20.5"], ["x"],
-                               [True], ["\u0663"], ["1_0"], ["x1_0"], ["x1e"], ["+5"], ["x1e400"], ["9" * 5000]])
+                               [True], ["\u0663"], ["1_0"], ["x1_0"], ["x1e"], ["+5"], ["x1e400"], ["9" * 5000], ["x1e2"],
+                               ["x1e308"], ["x1E-3"], ["1e2"]])
 def test_config_bad_k(tmp_path, k):
     values = perfect_case(tmp_path)
     only(config_problems({**values, "k": ["20", *k]}), "config", None, "k", str(k[0])[:50])
@@ -248,7 +249,7 @@ def test_config_yaml_alias_bomb_is_refused_without_expanding_it(tmp_path):
     assert max(map(len, problems)) < 200
 
 
-@pytest.mark.parametrize("k", ["x1e308", "x1e300", str(10**30)])
+@pytest.mark.parametrize("k", ["x1" + "0" * 300, "x" + "9" * 30 + ".5", str(10**30)])
 def test_huge_cut_offs_mean_every_triplet(tmp_path, k):
     """A cut-off larger than any list (relative or absolute) is valid: it takes every triplet."""
     values = perfect_case(tmp_path)
@@ -276,12 +277,14 @@ def test_unwritable_output_is_found_before_the_evaluation(tmp_path, monkeypatch)
     assert not writable.exists()
 
 
-@pytest.mark.parametrize("k", ["20, x.5", "x1e2", "x10.", " 7 "])
-def test_config_k_spellings(tmp_path, k):
+@pytest.mark.parametrize("k, labels", [("20, x.5", ("20", "x.5")), ("x10.", ("x10.",)), (" 7 ", ("7",)),
+                                       ("020, 20, x10, x10.0, x2", ("020", "x10", "x2")), ([50, "x1"], ("50", "x1"))])
+def test_config_k_spellings(tmp_path, k, labels):
     """Cut-offs are ASCII integers or x and a decimal number (Python's other number spellings,
-    such as '1_0' or other scripts' digits, are not cut-offs)."""
+    such as '1_0', '1e2' or other scripts' digits, are not cut-offs); a label comes back as it was
+    written, and a later label of the same cut-off is left out."""
     config = sgeval.make_config({**perfect_case(tmp_path), "k": k})
-    assert config.k == {"20, x.5": ("20", "x0.5"), "x1e2": ("x100",), "x10.": ("x10",), " 7 ": ("7",)}[k]
+    assert config.k == labels
 
 
 def test_an_output_path_with_a_nul_is_a_problem(tmp_path):
@@ -298,3 +301,14 @@ def config_problems_of_run(values):
 def test_very_long_problem_lines_are_cut():
     problem = sgeval.SGEvalError(["x" * 5000]).problems[0]
     assert len(problem) < 1100 and problem.endswith("(5000 characters)")
+
+
+def test_a_long_cut_off_label_keeps_the_table_aligned(tmp_path):
+    """A label as long as the user wrote it widens its column: every line of the R / mR grid has
+    the header's length, and the label is printed as written."""
+    label = "x1" + "0" * 40
+    results = sgeval.evaluate(sgeval.make_config({**perfect_case(tmp_path), "k": ["20", label, "050"]}))
+    assert results["config"]["k"] == ["20", label, "050"] and f"R@{label}" in results["metrics"]
+    lines = sgeval.format_table(results).splitlines()
+    grid = lines[1:lines.index(next(line for line in lines[2:] if not line.startswith(("R", "m", "n", "P", "z"))))]
+    assert f"@{label}" in grid[0] and len({len(line) for line in grid}) == 1, grid

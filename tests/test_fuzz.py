@@ -130,3 +130,81 @@ def test_the_reference_validator_of_configs(tmp_path, monkeypatch):
                  {"metrics": ["R", "bogus"]}, {"audit": "yes"}, {"kk": 1}, {"gt": ""}, {"pred": "none.zip"},
                  {"gt_seg": "none"}, {"k": {"a": 1}}, {"train_gt": "none.json"}]:
         assert verdict(**edit) == (False, True), edit
+
+
+def test_the_reference_validator_of_updates():
+    """fuzz/oracle.py's Evaluator.update rules on the base prediction of an image, in other valid
+    forms, and on one break of each rule."""
+    import numpy as np
+
+    import sgeval
+    from fuzz.cases import EVALUATED, EXTRA, HEIGHT, WIDTH, Tensor, base_update
+    from fuzz.oracle import valid_update
+
+    def verdict(image_id="102", mode="mask", prior=(), **edit):
+        arguments = {**base_update("102"), **edit}
+        return valid_update(image_id, arguments, mode, {i: (HEIGHT, WIDTH) for i in (*EVALUATED, EXTRA)}, {EXTRA}, 5, 3,
+                            sgeval.MAX_INSTANCES, prior)
+
+    masks, labels = base_update("102")["masks"], base_update("102")["labels"]
+    segment_map = np.where(masks[0], 7, 9)
+    for valid in [{}, {"image_id": 102}, {"image_id": EXTRA}, {"labels": labels.tolist()}, {"labels": Tensor(labels)},
+                  {"masks": masks.astype(np.uint8)}, {"masks": sgeval.Panoptic(segment_map, [7, 9])},
+                  {"masks": (segment_map, np.array([7, 9]))}, {"masks": sgeval.Panoptic(segment_map, [7, 5])},
+                  {"ng_triplets": None, "boxes": None, "scores": None}, {"triplets": np.zeros((0,))},
+                  {"mode": "box", "masks": "ignored"}, {"boxes": [[3, 0, 1, 12]] * 2},
+                  {"labels": [], "triplets": [], "ng_triplets": None, "boxes": None, "scores": None, "masks": None},
+                  {"prior": [("102", base_update("102"))]}]:
+        assert verdict(**valid) == (True, True), valid
+    for invalid in [{"image_id": "900"}, {"image_id": "0"}, {"labels": labels.astype(float)}, {"labels": [0, 5]},
+                    {"labels": [True, False]}, {"labels": labels.astype(np.uint64) + 2 ** 63}, {"triplets": None},
+                    {"triplets": [[0, 2, 0]]}, {"triplets": [[0, 1]]}, {"ng_triplets": [[0, 1, 3]]},
+                    {"masks": None}, {"masks": masks.astype(float)}, {"masks": masks[:, :, :-1]}, {"masks": masks[:1]},
+                    {"masks": masks.astype(int) * 2}, {"masks": sgeval.Panoptic(segment_map, [7, 7])},
+                    {"masks": sgeval.Panoptic(segment_map[:-1], [7, 9])},
+                    {"masks": sgeval.Panoptic(segment_map * 1.0, [7, 9])}, {"boxes": [[0, 0, 1, float("nan")]] * 2},
+                    {"boxes": [[0, 0, 1, 1]]}, {"scores": [0.5, float("inf")]}, {"scores": [True, False]},
+                    {"mode": "box", "boxes": None}, {"mode": "box", "boxes": [[3, 0, 1, 12]] * 2},
+                    {"labels": Tensor(labels, RuntimeError("cuda"))}, {"labels": [], "triplets": []},
+                    {"labels": np.zeros(sgeval.MAX_INSTANCES + 1, int), "triplets": []},
+                    {"prior": [("102", {**base_update("102"), "triplets": [[1, 0, 2]]})]}]:
+        assert verdict(**invalid) == (False, True), invalid
+
+
+def test_the_reference_reader_of_states():
+    """fuzz/oracle.py's state rules on the valid states, a merge, and one break of each rule."""
+    import numpy as np
+
+    from fuzz.cases import EVALUATED, EXTRA, evaluator_states
+    from fuzz.oracle import merged_state, read_state
+    states = evaluator_states(base_workspace())
+    full = states["full"]
+    known = {}
+    for name in ("one", "full"):
+        offsets = states[name]["offsets"].tolist()
+        for slot, start, stop in zip(states[name]["slots"].tolist(), offsets, offsets[1:]):
+            known.setdefault(slot, set()).add(tuple(states[name]["values"][start:stop].tolist()))
+
+    def read(edit=None, state=full):
+        return read_state({**state, **(edit or {})}, full["fingerprint"], len(EVALUATED), {EXTRA}, known)
+
+    assert all(read(state=states[name])[:2] == (True, True) for name in ("empty", "one", "full"))
+    assert read({"extra_ids": [int(EXTRA)]})[:2] == (True, True)
+    merged = merged_state(read(), read(state=states["one"])[2])
+    assert merged[:2] == (True, True) and merged[2][0][1][1] == 4  # image 102: updated 3 + 1 times
+    assert read({"updates": full["updates"].astype(float)})[0] is False
+    values = full["values"].astype(np.int64)
+    values[3] = -1
+    offsets = full["offsets"].copy()
+    offsets[1] = offsets[2]
+    for edit in [{"fingerprint": full["fingerprint"][:-1]}, {"sgeval_state": 2}, {"slots": full["slots"][::-1] * 0},
+                 {"slots": full["slots"] + 1}, {"updates": full["updates"] * 0}, {"digests": full["digests"][:, :15]},
+                 {"offsets": offsets}, {"values": full["values"][:-1]}, {"values": values},
+                 {"extra_ids": ["101"]},
+                 {"extra_ids": ["104", 104], "extra_updates": [1, 1], "extra_digests": [[0] * 16] * 2},
+                 {"extra_updates": [1.5]}, {"extra_digests": [[7] * 15]}, {"other_records": -1}, {"other_records": 1.5},
+                 {"other_records": True}]:
+        assert read(edit)[:2] == (False, True), edit
+    assert read(state=states["box"])[:2] == (False, True)
+    assert read_state(list(full.items()), full["fingerprint"], len(EVALUATED), {EXTRA}, known)[:2] == (False, True)
+    assert merged_state(read(), ({1: (b"x" * 16, 1, ())}, {}, 0))[:2] == (False, True)  # another digest of 102

@@ -8,7 +8,7 @@ sgdet evaluation, run unmodified at commit 34b2a89, gives for them: openpsg_pan_
 openpsg_bbox.json. They are written by ``make check-openpsg OPENPSG=<OpenPSG checkout>``
 (tools/openpsg_check/make_fixtures.py; its README says what the data exercise).
 
-Each raw/ is converted with ``python -m convert.openpsg`` and evaluated with sgeval's ``openpsg``
+Each raw/ is converted with ``sgeval convert openpsg`` and evaluated with sgeval's ``openpsg``
 protocol in mask mode (gt_seg given: OpenPSG's pan_seg) and box mode (bbox). Checked: R@k and mR@k,
 and in box mode ngR@k and mNgR@k (OpenPSG has no-graph-constraint recall in bbox mode only), equal to
 1e-12; the images scored (evaluated - images_left_out) as many as OpenPSG recorded; and every image's
@@ -35,7 +35,7 @@ def case(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
         archive.extractall(folder)
-    subprocess.run([sys.executable, "-m", "convert.openpsg", "--quiet", "--gt", str(folder / "psg.json"),
+    subprocess.run([sys.executable, "sgeval.py", "convert", "openpsg", "--quiet", "--gt", str(folder / "psg.json"),
                     str(folder / "raw"), str(folder / "pred.zip")], cwd=ROOT, check=True)
     return folder
 

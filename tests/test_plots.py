@@ -71,7 +71,7 @@ def demo_results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo")
     gt, pred = make_demo.make_demo(folder / "data")
     config = sgeval.load_config(ROOT / "configs" / "demo.yaml", gt=str(gt), gt_seg=str(folder / "data" / "panoptic"),
-                                pred=str(pred), output=None, workers=1)
+                                pred=str(pred), output=str(folder / "results.json"), workers=1)  # not demo/'s
     return json.loads(json.dumps(sgeval.evaluate(config)))
 
 

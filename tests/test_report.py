@@ -106,6 +106,15 @@ def test_latex_is_booktabs_with_grouped_headers(demo):
     assert row.endswith(f"\\textbf{{{results(demo[lower])['metrics']['PRank']:.2f}}} \\\\")
 
 
+def test_formats_have_their_short_names(demo):
+    for name, spellings in (("markdown", ("md", "MD", "Markdown")), ("latex", ("tex", "LaTeX")), ("csv", ("CSV",))):
+        text = report(demo["A"], "--format", name).output
+        assert all(report(demo["A"], "--format", spelling).output == text for spelling in spellings)
+    assert "markdown (or md), latex (or tex), csv." in report("--help").output
+    refused = CliRunner().invoke(sgeval_report.main, [str(demo["A"]), "--format", "html"])
+    assert refused.exit_code == 2 and "'html' is not one of 'markdown', 'latex', 'csv', 'md', 'tex'" in refused.output
+
+
 def test_csv_has_full_precision_and_no_marks(demo):
     text = report(demo["A"], demo["B"], "--format", "csv", "--tables", "main,protocols").output
     blocks = [list(csv.reader(io.StringIO(block))) for block in text.strip().split("\n\n")]

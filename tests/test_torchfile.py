@@ -1,4 +1,4 @@
-"""convert/torchfile.py, the torch.save reader: the files real torch 2.13 wrote (tests/data/torch/,
+"""sgeval_convert/torchfile.py, the torch.save reader: the files real torch 2.13 wrote (tests/data/torch/,
 made by its make_fixtures.py; their values are stated here, as torch is not installed), files of
 tools/torchsave.py (both formats, protocols 2-5), and hostile files: each one clean ConvertError
 naming the file, within seconds, never a traceback or an allocation the file does not back."""
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from convert import common, torchfile
+from sgeval_convert import common, torchfile
 from tools import torchsave
 
 DATA = ROOT / "tests" / "data" / "torch"
@@ -183,7 +183,7 @@ def test_torch1_zip_layout_and_cuda_storages(tmp_path):
 
 
 def test_no_torch_is_imported():
-    code = ("import sys, glob; from convert import torchfile; "
+    code = ("import sys, glob; from sgeval_convert import torchfile; "
             "[torchfile.load(p) for p in glob.glob('tests/data/torch/*.pytorch')]; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

@@ -1,6 +1,7 @@
 """The Visual Genome path end to end on generated files (tools/make_vg_demo.py): SGB's h5 and json
--> convert.vg150, zero-shot torch file -> convert.zeroshot, eval_results.pytorch -> convert.sgb ->
-sgeval with configs/vg150-demo.yaml; the numbers against the plain-Python reference."""
+-> sgeval_convert.vg150, zero-shot torch file -> sgeval_convert.zeroshot, eval_results.pytorch ->
+sgeval_convert.sgb -> sgeval with configs/vg150-demo.yaml; the numbers against the plain-Python
+reference."""
 
 import json
 import zipfile

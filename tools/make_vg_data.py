@@ -1,5 +1,5 @@
 """Generate small annotation files in the layouts of Scene-Graph-Benchmark's VG150 and GQA-200
-data, for the GT converters (``convert.vg150``, ``convert.gqa200``), their tests and the demo.
+data, for the GT converters (``sgeval_convert.vg150``, ``sgeval_convert.gqa200``), their tests and the demo.
 
     python -m tools.make_vg_data --out DIR [--seed 0] [--images 40]     # from the repository root
 

@@ -8,8 +8,8 @@ whole path a VG150 user takes, without the real data (`make demo-vg`, tests/test
    preset applies; a zero-shot list as Scene-Graph-Benchmark ships it (legacy torch.save, int64
    (N, 3), 1-based) and an ``eval_results.pytorch`` of a simulated PredCls model (legacy
    torch.save of BoxLists, both written by tools/torchsave.py).
-2. ``vg150_test.json`` (``python -m convert.vg150``), ``zeroshot.json`` (``python -m
-   convert.zeroshot``) and ``pred.zip`` (``python -m convert.sgb --task predcls``).
+2. ``vg150_test.json`` (``sgeval convert vg150``), ``zeroshot.json`` (``sgeval convert
+   zeroshot``) and ``pred.zip`` (``sgeval convert sgb --task predcls``), by their functions.
 configs/vg150-demo.yaml evaluates them.
 
 The simulated model: every ordered pair of GT boxes, predicate scores a softmax of noise with the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert import sgb, vg150, zeroshot
+from sgeval_convert import sgb, vg150, zeroshot
 from tools import make_vg_data, torchsave
 
 VG150_PREDICATES = (

@@ -1,5 +1,5 @@
 """Write ``torch.save`` files without torch, for tests and fuzzing only (the converters read them
-with convert/torchfile.py; real torch files are in tests/data/torch/).
+with sgeval_convert/torchfile.py; real torch files are in tests/data/torch/).
 
     save(path, value, legacy=False, protocol=2)
 

@@ -1,4 +1,4 @@
-"""Shared machinery of the ground-truth converters (``convert.vg150``, ``convert.gqa200``): they
+"""Shared machinery of the ground-truth converters (``vg150``, ``gqa200``): they
 turn a dataset's annotation files into sgeval's box-mode GT JSON (the psg.json layout, without
 masks), image by image.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import sgeval
-from convert.common import ConvertError
+from .common import ConvertError
 
 MAX_PROBLEMS = 100  # problems listed; the rest are counted
 MAX_SMALL_JSON = 1 << 26  # bytes of a vocabulary file read whole (the real ones are well under 1 MiB)

@@ -25,7 +25,7 @@ Pickles are read by ``RestrictedUnpickler``: numpy arrays, dtypes and scalars (`
 attribute holder ``RawResult``), the BoxList classes of ``BOXLIST_CLASSES`` (``BoxList``, for
 torch.save files) and inert stand-ins for every torch global (an empty tensor becomes an empty
 array; a tensor that holds data cannot be read without torch and is an error where a converter
-needs it; in a torch.save file convert/torchfile.py resolves the torch names to real readers). Any other global is refused with an error naming it: no code from a pickle runs.
+needs it; in a torch.save file torchfile.py resolves the torch names to real readers). Any other global is refused with an error naming it: no code from a pickle runs.
 numpy data is rebuilt by ``np.frombuffer`` from bytes that match its shape, plain numeric dtypes
 only (never by numpy's reconstructors, which trust their arguments); ``bytes(n)`` is refused. An
 .npz array's size is read from its header and checked (``MAX_NPZ_BYTES``) before it is loaded.
@@ -36,7 +36,7 @@ whatever the pickle's size; large strings and bytes (over ``LAZY_BYTES``) are le
 ``_Payload`` positions and read by the process that converts the image (``load_source``).
 ``convert_all`` converts and encodes images in ``workers`` processes, in order.
 
-Per-image rules (``result_arrays``; each family picks the ``Rules``, see convert/README.md)
+Per-image rules (``result_arrays``; each family picks the ``Rules``, see README.md)
 -------------------------------------------------------------------------------------------
 One image's conversion gives the keyword arguments of ``sgeval.Evaluator.update`` (``labels``,
 ``triplets``, ``ng_triplets``, ``masks``, ``boxes``, ``scores``: ``update_arrays``). Each family's
@@ -94,7 +94,7 @@ RESULT_CLASSES = (
     "openpsg.models.relation_heads.approaches.relation_util.Result",  # OpenPSG models, PSGTR, PSGFormer, HiLo
     "pairnet.models.relation_heads.approaches.relation_util.Result",  # Pair-Net
 )
-BOXLIST_CLASSES = (  # in torch.save files of Scene-Graph-Benchmark (convert/sgb.py)
+BOXLIST_CLASSES = (  # in torch.save files of Scene-Graph-Benchmark (sgb.py)
     "maskrcnn_benchmark.structures.bounding_box.BoxList",  # Scene-Graph-Benchmark.pytorch and its forks
     "pysgg.structures.bounding_box.BoxList",  # PySGG (BGNN and derived code): the same class
 )
@@ -742,7 +742,7 @@ def _check_npz_sizes(archive, file):
 
 @dataclasses.dataclass(frozen=True)
 class Rules:
-    """What a family's raw arrays mean (see the module docstring and convert/README.md)."""
+    """What a family's raw arrays mean (see the module docstring and README.md)."""
 
     raw_boxes: bool = True  # refine_bboxes[:, :4] are xyxy boxes of the instances (when aligned)
     object_scores: bool = True  # refine_bboxes[:, 4] are object scores (when aligned, not all zero)
@@ -1227,9 +1227,9 @@ def describe(summary):
     return "\n".join(lines)
 
 
-def make_cli(convert, doc, extra_options=(), predicate_source=True, gt_help="OpenPSG psg.json"):
-    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``;
-    predicate_source: whether it has --predicate-source."""
+def make_cli(convert, doc, short_help, extra_options=(), predicate_source=True, gt_help="OpenPSG psg.json"):
+    """A click command ``<script> --gt psg.json RAW OUT [options]`` that runs ``convert``; short_help:
+    its line in ``sgeval convert --help``; predicate_source: whether it has --predicate-source."""
 
     def main(raw, out, gt, quiet, **options):
         summary = sgeval.run_cli(lambda progress: convert(raw, out, gt=gt, progress=progress, **options),
@@ -1256,4 +1256,4 @@ def make_cli(convert, doc, extra_options=(), predicate_source=True, gt_help="Ope
     ]
     for decorator in reversed(decorators):
         main = decorator(main)
-    return click.command(context_settings={"help_option_names": ["-h", "--help"]})(main)
+    return click.command(short_help=short_help, context_settings={"help_option_names": ["-h", "--help"]})(main)

@@ -1,6 +1,6 @@
 """Read files written by ``torch.save`` without torch: tensors become numpy arrays, nothing in the
-file runs. For Scene-Graph-Benchmark's ``eval_results.pytorch`` (convert/sgb.py) and
-``zeroshot_triplet.pytorch`` (convert/zeroshot.py).
+file runs. For Scene-Graph-Benchmark's ``eval_results.pytorch`` (sgb.py) and
+``zeroshot_triplet.pytorch`` (zeroshot.py).
 
     value = torchfile.load("zeroshot_triplet.pytorch")            # tensors as numpy arrays
     value = torchfile.load("eval_results.pytorch", lazy=True)     # tensors as LazyTensor
@@ -64,7 +64,7 @@ import zipfile
 
 import numpy as np
 
-from convert import common
+from . import common
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001

@@ -1,0 +1,30 @@
+"""Converters from raw model outputs to the sgeval prediction format, one module per model family
+(installed with sgeval; in a checkout, ``python -m convert.<family>`` runs the same):
+
+    sgeval convert openpsg --gt psg.json results.pkl out.zip   # IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer
+    sgeval convert hilo    --gt psg.json results.pkl out.zip   # HiLo
+    sgeval convert pairnet --gt psg.json results.pkl out.zip   # Pair-Net
+    sgeval convert sgb --gt vg150.json --task predcls eval_results.pytorch out.zip  # Scene-Graph-Benchmark, PySGG
+    sgeval convert vg150 --h5 ... --dicts ... --image-data ... --out vg150.json   # VG150 GT (SGB's files)
+    sgeval convert gqa200 --info ... --train ... --test ... --out gqa200.json      # GQA-200 GT
+    sgeval convert zeroshot zeroshot_triplet.pytorch zeroshot.json               # SGB's zero-shot list
+    sgeval convert --config configs/hilo.yaml                  # what `make eval MODEL=hilo` runs first
+
+In a model's test loop, each family's ``image_arrays`` converts one image's output (a ``Result``
+or a ``BoxList``, numpy arrays or torch tensors) into the keyword arguments of
+``sgeval.Evaluator.update``, by the code the file converter runs:
+
+    from sgeval_convert import openpsg, sgb
+    ev.update(image.image_id, **openpsg.image_arrays(result, image, n_objects, n_predicates))
+    ev.update(image.image_id, **sgb.image_arrays(prediction, image, n_objects, n_predicates, task="sgdet"))
+
+(also ``sgeval_convert.hilo.image_arrays``, ``sgeval_convert.pairnet.image_arrays``; ``image`` is
+the sgeval.GTImage of the output, found by position as the file converters find it.)
+
+The shared rules and the restricted unpickler live in ``common.py``, the command line in
+``cli.py``, the conversion recipes of ``--config`` in ``recipe.py``; ``README.md`` beside them
+lists what each converter decided and has complete test-loop examples for OpenPSG and
+Scene-Graph-Benchmark / PySGG.
+"""
+
+from .cli import main  # noqa: F401

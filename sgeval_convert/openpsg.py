@@ -1,0 +1,117 @@
+"""Convert OpenPSG outputs (IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer) to sgeval predictions.
+
+    sgeval convert openpsg --gt psg.json results.pkl out.zip [--layout auto] [--predicate-source rel_dists]
+
+``results.pkl`` is what OpenPSG's ``tools/test.py --out`` writes (or a directory of 0.npz ...
+N-1.npz). Every result is read in one of three layouts, detected per image (``--layout auto``) or
+forced:
+
+* ``two-stage`` (IMP, MOTIFS, VCTree, GPS-Net; the result has ``triplet_scores``, or neither
+  ``refine_bboxes`` nor ``rel_pair_idxes`` when nothing was detected, which is an empty result):
+  non-overlapping masks; ``refine_bboxes`` aligned with ``labels`` (xyxy + object score); rows
+  sorted by triplet score. The self-pair ``[[0, 0]]`` written when only one segment exists is
+  kept: OpenPSG counts it as a relation row (the image is scored, with zero hits).
+* ``complete`` (PSGTR / PSGFormer with ``eval_pan_rels=False``): 2T overlapping masks, rows
+  ``[[i, T + i]]``; ``refine_bboxes`` (2T, 5) aligned: their boxes and object scores are used.
+* ``panoptic`` (PSGTR / PSGFormer default): merged non-overlapping masks; ``refine_bboxes`` is
+  not aligned with ``labels``, so boxes come from the masks and there are no object scores
+  (ng_triplets are ranked by predicate probability). Self-pairs and repeated pairs are kept as
+  the model wrote them. One all-ones mask with label 1 and no pairs is an empty result.
+
+``auto`` picks ``two-stage`` as above, else ``complete`` when the image has the complete layout
+(2T instances, rows ``[[i, T + i]]``), else ``panoptic``. Where a panoptic image happens to have
+that layout, the two readings give the same instances and rows.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import common
+
+FAMILY = "openpsg"
+LAYOUTS = ("auto", "two-stage", "complete", "panoptic")
+RULES = {
+    "two-stage": common.Rules(raw_boxes=True, object_scores=True, empty_placeholder=False),
+    "complete": common.Rules(raw_boxes=True, object_scores=True),
+    "panoptic": common.Rules(raw_boxes=False, object_scores=False),
+}
+
+
+def is_two_stage_empty(result):
+    """A two-stage result without detections: the relation head never ran."""
+    return result.get("refine_bboxes") is None and result.get("rel_pair_idxes") is None
+
+
+def detect_layout(result, where):
+    """'two-stage', 'complete' or 'panoptic' for one raw result (see the module docstring)."""
+    if result.get("triplet_scores") is not None or is_two_stage_empty(result):
+        return "two-stage"
+    labels = common.field(result, "labels", where)
+    pairs = common.field(result, "rel_pair_idxes", where, required=False)
+    complete = pairs is not None and pairs.ndim == 2 and common.is_complete_layout(pairs, len(labels))
+    return "complete" if complete else "panoptic"
+
+
+def layout_arrays(result, image, where, n_objects, n_predicates, options, layout="auto"):
+    """One OpenPSG result (a RawResult) -> (update arrays, notes) in its layout; see
+    common.result_arrays."""
+    kind = detect_layout(result, where) if layout == "auto" else layout
+    if kind == "two-stage" and is_two_stage_empty(result):
+        arrays, notes = common.empty_arrays(image)
+    else:
+        if layout == "complete" and detect_layout(result, where) != "complete":
+            raise common.ConvertError([f"{where}: --layout complete, but the result does not have 2T "
+                                       f"instances and rows [[i, T + i]]"])
+        arrays, notes = common.result_arrays(result, image, where, n_objects, n_predicates, RULES[kind], options)
+    notes[f"layout:{kind}"] += 1
+    return arrays, notes
+
+
+def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto"):
+    """One OpenPSG result -> (record, masks, notes): layout_arrays as the file converter writes them."""
+    return common.as_record(*layout_arrays(result, image, where, n_objects, n_predicates, options, layout))
+
+
+def image_arrays(result, image, n_objects, n_predicates, *, layout="auto", predicate_source="rel_dists",
+                 ng_top=common.NG_TOP, ng_per_predicate=common.NG_PER_PREDICATE):
+    _check_layout(layout)
+    options = common.Options(predicate_source, ng_top, ng_per_predicate).check()
+    arrays, _ = layout_arrays(common.as_result(result), image, common.image_where(image), n_objects, n_predicates,
+                              options, layout)
+    return arrays
+
+
+image_arrays.__doc__ = common.IMAGE_ARRAYS_DOC.format(name="OpenPSG", options="""
+    layout: auto | two-stage | complete | panoptic (module docstring); auto detects it per image.""")
+
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise common.ConvertError([f"layout '{layout}' is not one of {', '.join(LAYOUTS)}"])
+
+
+def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=common.NG_TOP,
+            ng_per_predicate=common.NG_PER_PREDICATE, progress=None, workers=1):
+    """Convert an OpenPSG raw output (pickle or npz directory) to the prediction ZIP ``out``.
+
+    layout: auto | two-stage | complete | panoptic (module docstring); the other arguments are
+    those of common.CONVERT_DOC. Returns a summary dict; raises common.ConvertError.
+    """
+    _check_layout(layout)
+    options = common.Options(predicate_source, ng_top, ng_per_predicate)
+
+    def image_fn(result, image, where, n_objects, n_predicates, options):
+        return convert_image(result, image, where, n_objects, n_predicates, options, layout)
+
+    return common.convert_all(raw, out, gt, image_fn, FAMILY, options, progress, settings={"layout": layout},
+                              workers=workers)
+
+
+main = common.make_cli(convert, __doc__.split("\n\n")[0], "IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer "
+                       "(results.pkl)", extra_options=[
+    click.option("--layout", type=click.Choice(LAYOUTS), default="auto", show_default=True,
+                 help="How to read each result; auto detects it per image.")])
+
+if __name__ == "__main__":
+    main()
