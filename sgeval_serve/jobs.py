@@ -49,6 +49,9 @@ GT_SIZE_WORDS = [(re.compile(r"mask size \((\d+), (\d+)\) differs from the GT im
                   "the file is larger than its masks can need")]
 
 
+SGEVAL_COUNT = re.compile(r"\.\.\. and [0-9]+ more problems \(the first [0-9]+ are listed\)")
+
+
 def failure_reason(problems, pred, shown_name):
     """An evaluation's problem lines as the submitter sees them. A line about the upload starts
     with its path (pred): that prefix becomes shown_name, and what sgeval says of the GT image's
@@ -56,7 +59,9 @@ def failure_reason(problems, pred, shown_name):
     was sent. Lines about anything else (the GT, the server) become one line saying so."""
     prefix, lines, elsewhere = f"{pred}: ", [], False
     for line in problems:
-        if line.startswith(prefix):
+        if SGEVAL_COUNT.fullmatch(line):  # sgeval's count of the lines it left out
+            lines.append(line)
+        elif line.startswith(prefix):
             rest = line[len(prefix):]
             for pattern, words in GT_SIZE_WORDS:
                 rest = pattern.sub(words, rest)

@@ -464,6 +464,14 @@ def test_the_read_limit_of_a_mask_file_is_not_given():
         "p.zip: image 7: 7.tiff: cannot read TIFF: ValueError: the file is larger than its masks can need"
 
 
+def test_sgevals_count_of_the_problems_it_left_out_is_shown():
+    """SGEvalError keeps 1,000 lines and counts the rest in a line of its own, without a path."""
+    lines = [f"/srv/s/prediction.zip: image {index}: bad" for index in range(1000)]
+    lines.append("... and 5 more problems (the first 1000 are listed)")
+    assert jobs.failure_reason(lines, "/srv/s/prediction.zip", "p.zip").splitlines()[-2:] == [
+        "p.zip: image 999: bad", "... and 5 more problems (the first 1000 are listed)"]
+
+
 def test_problems_that_are_not_about_the_upload_are_not_shown():
     reason = jobs.failure_reason(["/data/psg/panoptic/7.png: panoptic PNG is 10x12, field 'width'x'height' says 9x9",
                                   "/srv/s/prediction.zip: image 7: bad"], "/srv/s/prediction.zip", "p.zip")
