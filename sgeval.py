@@ -28,8 +28,8 @@ The Evaluator
 -------------
 ``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
 (``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
-``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None)``
-takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
+triplet_scores=None, ng_triplet_scores=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
@@ -37,7 +37,9 @@ plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, 
 that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
 pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
 SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
-best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets". In box mode
+best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
+``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
+ranking). In box mode
 ``masks`` are ignored, as ``seg_filename`` is.
 
 * An update is checked before it touches the state, with the file reader's rules and messages
@@ -118,10 +120,16 @@ A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
         "seg_filename": "107902.tiff",      # mask mode: TIFF beside triplets.json / in the zip
         "instances": [{"category": 3, "bbox": [x1, y1, x2, y2], "score": 0.93}, ...],
         "triplets":    [[s, o, p], ...],    # most confident first
-        "ng_triplets": [[s, o, p], ...]}]}  # optional, most confident first (default: triplets)
+        "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
+        "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
+        "ng_triplet_scores": [0.93, ...]}]} # optional: one per row of ng_triplets
 
 The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
 ``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
+Row scores (``triplet_scores``, ``ng_triplet_scores``; ``null`` = not given) are read only by the
+``oi`` protocol, which ranks by them and says so in one error line when they are missing; the
+other protocols read the rows as written. Without ``ng_triplets`` the ng list is ``triplets``
+with ``triplet_scores``; ``ng_triplet_scores`` without ``ng_triplets`` is an error.
 TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
 GT image size; pages of 1-, 8- or 16-bit integer samples, uncompressed or LZW, deflate, PackBits,
 LZMA or Zstandard (not JPEG or other lossy codecs). An image with no instances needs no TIFF. ZIP members are
@@ -934,7 +942,8 @@ class Evaluator:
         self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
         self.other_records = 0  # update_from_file: records of images outside the test split
 
-    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None):
+    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
+               triplet_scores=None, ng_triplet_scores=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
         image_id = str(image_id)
@@ -944,7 +953,8 @@ class Evaluator:
         image = self.gt.images[slot] if slot is not None else None
         height, width = (image.height, image.width) if image is not None else self.gt.skipped[image_id]
         pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
-                             len(self.gt.object_classes), self.settings, height, width)
+                             len(self.gt.object_classes), self.settings, height, width,
+                             row_scores=(triplet_scores, ng_triplet_scores))
         digest = prediction_digest(pred)
         if slot is None:
             return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
@@ -1179,7 +1189,8 @@ def prediction_digest(pred):
     """DIGEST bytes identifying a prediction's arrays (a mask file by its name, given masks by a
     CRC-32 and an Adler-32 of their packed bits)."""
     digest = hashlib.sha256()
-    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets):
+    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets, pred.triplet_scores,
+                  pred.ng_triplet_scores):
         digest.update(b"-" if array is None else repr(array.shape).encode() + np.ascontiguousarray(array).tobytes())
     if pred.bits is not None:
         data = np.ascontiguousarray(pred.bits).view(np.uint8)
@@ -1341,10 +1352,10 @@ def _update_field(value, name, shape, kinds, where, problems):
 
 
 def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings, height,
-                  width):
+                  width, row_scores=(None, None)):
     """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
     masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
-    checked)."""
+    checked). row_scores: (triplet_scores, ng_triplet_scores), each None when not given."""
     problems = [f"{where}: field '{name}' is required (an empty array is valid)"
                 for name, value in (("labels", labels), ("triplets", triplets)) if value is None]
     if problems:
@@ -1363,6 +1374,7 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
                        problems)
     boxes = None if boxes is None else _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
     scores = None if scores is None else _update_field(scores, "scores", (n,), "iuf", where, problems)
+    row_scores = _update_row_scores(row_scores, rows, where, problems)
     if settings.mode == "box" and boxes is None and not problems:
         problems.append(f"{where}: field 'boxes' is required in box mode (no gt_seg)")
     elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
@@ -1374,7 +1386,21 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
         raise SGEvalError(problems)
     triplets = rows["triplets"]
     return PredImage(image_id, labels, boxes if settings.mode == "box" else None, scores, triplets,
-                     rows.get("ng_triplets", triplets), None, bits)
+                     rows.get("ng_triplets", triplets), None, bits, *row_scores)
+
+
+def _update_row_scores(row_scores, rows, where, problems):
+    """update's (triplet_scores, ng_triplet_scores) as (N,) float64 arrays of the rows' lengths, or
+    None (not given; without ng_triplets the ng scores are the triplet scores)."""
+    checked = []
+    for (field, rows_field), value in zip((("triplet_scores", "triplets"), ("ng_triplet_scores", "ng_triplets")),
+                                          row_scores):
+        if value is not None and rows_field not in rows:
+            problems.append(f"{where}: field '{field}' is given without '{rows_field}'")
+            value = None
+        n = len(rows[rows_field]) if rows_field in rows else 0
+        checked.append(None if value is None else _update_field(value, field, (n,), "iuf", where, problems))
+    return checked[0], checked[1] if "ng_triplets" in rows else checked[0]
 
 
 def update_masks(masks, n, height, width, where, problems):
@@ -1449,6 +1475,8 @@ class PredImage:
     ng_triplets: np.ndarray
     seg_filename: str | None
     bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
+    triplet_scores: np.ndarray | None = None  # (N,) float64, one per row of triplets, when given
+    ng_triplet_scores: np.ndarray | None = None  # (M,) float64 for ng_triplets (the triplet_scores without them)
 
 
 class PredSource:
@@ -1669,7 +1697,8 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     bad = [field for field, rows in (("triplets", triplets), ("ng_triplets", ng_triplets))
            if rows is None and (ng_given or field == "triplets")]
     problems += [f"{where}: field '{field}' must be a list of [3 integers] rows" for field in bad]
-    if instances is None or bad:
+    row_scores = _row_scores(record, where, triplets, ng_triplets, ng_given, problems)
+    if instances is None or bad or row_scores is None:
         return None
     categories, boxes, scores = instances
     before = len(problems)
@@ -1687,7 +1716,29 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     if len(problems) > before:
         return None
     return PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
-                     seg_filename if isinstance(seg_filename, str) else None)
+                     seg_filename if isinstance(seg_filename, str) else None, None, *row_scores)
+
+
+def _row_scores(record, where, triplets, ng_triplets, ng_given, problems):
+    """(triplet_scores, ng_triplet_scores) of a record, each (N,) float64 or None when not given
+    (without ng_triplets, the ng list is the triplets and so are its scores); None after a problem."""
+    found = []
+    for field, rows in (("triplet_scores", triplets), ("ng_triplet_scores", ng_triplets)):
+        value = record.get(field)
+        if value is None:
+            found.append(None)
+        elif field == "ng_triplet_scores" and not ng_given:
+            problems.append(f"{where}: field 'ng_triplet_scores' is given without 'ng_triplets'")
+        elif not isinstance(value, list) or _float_array(value) is None:
+            problems.append(f"{where}: field '{field}' must be a list of finite numbers, one per row")
+        elif rows is not None and len(value) != len(rows):
+            problems.append(f"{where}: field '{field}' has {len(value)} scores for {len(rows)} rows "
+                            f"of '{field.replace('_scores', 's')}'")
+        else:
+            found.append(_float_array(value))
+    if len(found) < 2:
+        return None
+    return found[0], found[1] if ng_given else found[0]
 
 
 def _instances(record, where, mode, n_objects, problems):
@@ -2139,13 +2190,22 @@ def encode_masks(masks_PHW):
     return buffer.getvalue()
 
 
+def _finite_list(values, field, image_id):
+    """A list of finite floats for write_predictions; ValueError naming the image otherwise."""
+    array = np.asarray(values, np.float64).ravel()
+    if not np.isfinite(array).all():
+        raise ValueError(f"image {image_id}: field '{field}' holds NaN or inf")
+    return array.tolist()
+
+
 def write_predictions(path, images, extra_members=None, kind=None):
     """Write predictions in the sgeval/SGBench v1 format.
 
     ``path`` ending in ``.zip`` -> a ZIP of <id>.tiff and triplets.json; ``.json`` -> one JSON
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
-    ``triplets``, optional ``ng_triplets`` and optional ``masks`` ((P, H, W) bool or uint8) or
+    ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
+    row) and optional ``masks`` ((P, H, W) bool or uint8) or
     ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
@@ -2176,6 +2236,9 @@ def write_predictions(path, images, extra_members=None, kind=None):
                           "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
                 if image.get("ng_triplets") is not None:
                     record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
+                for field in ("triplet_scores", "ng_triplet_scores"):
+                    if image.get(field) is not None:
+                        record[field] = _finite_list(image[field], field, image["id"])
                 masks, tiff = image.get("masks"), image.get("tiff")
                 if tiff is not None or masks is not None and len(masks):
                     if kind == "json":
