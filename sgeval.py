@@ -356,7 +356,8 @@ def _numba_kernels():
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
 DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
-PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb", "oi")
+RECALL_PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")  # run on any prediction
+PROTOCOLS = (*RECALL_PROTOCOLS, "oi")  # oi: box mode, and it ranks by row scores
 TASKS = ("sgdet", "sgcls", "predcls")  # what the model was given: nothing, the GT boxes, the GT boxes and labels
 BOX_TOLERANCE = 1.0  # sgcls / predcls: a predicted box is the GT's when every coordinate is within this (pixels)
 
@@ -3740,7 +3741,8 @@ def format_table(results):
               help="sgdet (default); sgcls / predcls: the instances are the GT's (predcls: its labels too).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
 @click.option("--compare-protocols", is_flag=True,
-              help=f"Evaluate every protocol side by side: {', '.join(PROTOCOLS)}.")
+              help=f"Evaluate the recall protocols side by side: {', '.join(RECALL_PROTOCOLS)} (and oi with "
+                   f"--protocol oi).")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
 @click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")
@@ -3766,7 +3768,7 @@ def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
     if no_gt_cache:
         options["gt_cache"] = False
     if compare_protocols and options["protocols"] is None:
-        options["protocols"] = ",".join(PROTOCOLS)
+        options["protocols"] = ",".join(RECALL_PROTOCOLS)  # and oi when it is the headline protocol
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
                       "evaluating", quiet)
     click.echo(format_table(results))
