@@ -198,6 +198,28 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
   with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
   with mask IoU.
+* ``oi``: PySGG's Open Images evaluation (``pysgg/data/datasets/evaluation/oi/``; every rule
+  with file and line: tools/oi_check/README.md), box mode only. Its list: the rows of
+  ``ng_triplets`` (without them ``triplets``) ranked by their scores, descending (ties keep the
+  written order), the first 100, those scoring above 1e-5 (``sgeval convert openimages`` writes
+  PySGG's own list: two predicates per pair). Every GT row of the file counts, duplicates
+  included, in every evaluated image, with a record or without. R@k: the GT rows hit by the first
+  k rows of the list (a hit as in ``sgb``: predicate, categories, both box IoUs >=
+  ``iou_threshold``, float32, +1 pixel), summed over the images, over all GT rows (+ 1e-12);
+  imgR@k: the per-image mean. AP per predicate, of relationships (AP_rel) and of phrases (AP_phr):
+  the listed rows of the predicate in all images, in GT order, ranked by ``np.argsort`` of their
+  negated scores (PySGG's tie order); a row takes, of the GT rows with its predicate, the one of
+  largest overlap (first on ties; 0 where a category differs; relationships: the lesser of the
+  subject and object IoUs, phrases: the IoU of the union boxes), and is a true positive when that
+  overlap is above ``iou_threshold`` and no better-ranked row took it (else a false positive,
+  even when another GT row would do); VOC AP: precision envelope, sentinels (0, 0) and (1, 0),
+  summed where recall changes; recall over the predicate's GT rows + 1e-12. mAP_rel / mAP_phr:
+  the mean over every predicate of the vocabulary (absent ones: AP 0); wmAP_rel / wmAP_phr:
+  weighted by GT rows; ``score`` = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and ``score_wtd`` the
+  same with the wmAPs (what PySGG returns and papers report). mR@k: the mean recall PySGG prints
+  beside it, of ``triplets`` under ``sgb``'s rules (images without triplets left out of it). It
+  needs row scores (one error line when a record has rows without them). ``--compare-protocols``
+  adds the five recall protocols (it runs on any prediction; oi only when named).
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
   GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
