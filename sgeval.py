@@ -95,9 +95,12 @@ How one image flows
    audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
 4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
    a Matching and the triplet lists into integer counts per cut-off and predicate: an
-   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array.
+   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array. The
+   oi protocol adds ``oi_counts``: its list's hits, and per listed row its predicate, score and
+   the GT row its APs would take (``oi_candidates``).
 5. Aggregate. ``Evaluator.compute`` unpacks the records (``unpack_record``) into a ``CountStore``
-   per protocol; ``aggregate`` turns them into metrics, ``build_results`` into the results dict,
+   per protocol; ``aggregate`` (and ``oi_metrics``, ranking every image's listed rows for the
+   APs) turns them into metrics, ``build_results`` into the results dict,
    ``format_table`` into the printed table.
 
 Ground truth (OpenPSG ``psg.json``)
