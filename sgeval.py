@@ -292,7 +292,8 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   ``gt_relations``, ``predicted`` (a record exists), ``hits`` {protocol: the integer hits behind
   each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf) and their
   denominators (``gt_relations``, ``gt_pairs``, ``gt_zeroshot``, ``gt_instances``; 0 where the
-  protocol leaves the image out)} and ``audit`` (the audit counts, when on).
+  protocol leaves the image out); oi: the hits behind its R@k and the GT rows of the file} and
+  ``audit`` (the audit counts, when on).
 
 Prepared ground truth
 ---------------------
@@ -3365,6 +3366,9 @@ def per_image_lines(config, gt, counted):
     fields = dict.fromkeys(name for _, field, _, total in chosen for name in (total, field))
     columns = {}  # (protocol, key) -> (I,) or (I, n_k) int64
     for protocol, store in counted.stores.items():
+        if protocol == "oi":  # its R@k: the hits of its list over every GT row of the file
+            columns[protocol, "gt_relations"], columns[protocol, "R@"] = store["oi_gt"], store["oi_hits"][:, :-1]
+            continue
         per_image = {name: store[name].sum(axis=-1) if name in PER_PREDICATE_FIELDS else store[name] for name in fields}
         for prefix, field, total_key, total_field in chosen:  # each count field made whole once
             columns[protocol, total_key], columns[protocol, prefix] = per_image[total_field], per_image[field]

@@ -174,3 +174,11 @@ def test_the_evaluator_gives_the_file_numbers(tmp_path):
                          ng_triplet_scores=scores)
     evaluators[1].merge(evaluators[0])
     assert evaluators[1].compute()["metrics"] == from_file["metrics"]
+
+
+def test_per_image_lines_hold_the_oi_hits(tmp_path):
+    values = write_oi_case(tmp_path, ONE_RELATION * 2, {0: ([S, O], [0, 1], [[0, 1, 0]], [0.9])})
+    sgeval.evaluate(sgeval.make_config({**values, "per_image": str(tmp_path / "lines.jsonl")}))
+    lines = [json.loads(line) for line in open(tmp_path / "lines.jsonl")]
+    assert [line["hits"]["oi"] for line in lines] == [{"gt_relations": 1, "R@1": 1, "R@50": 1, "R@200": 1},
+                                                      {"gt_relations": 1, "R@1": 0, "R@50": 0, "R@200": 0}]
