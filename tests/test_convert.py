@@ -997,8 +997,8 @@ def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
 
 def test_every_recipe_belongs_to_a_config():
     recipes = sorted(path.stem for path in (ROOT / "configs" / "convert").glob("*.yaml"))
-    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "pairnet", "psgformer", "psgtr", "vctree",
-                       "vg150-motifs-predcls"]
+    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "oiv6-bgnn-predcls", "pairnet", "psgformer", "psgtr",
+                       "vctree", "vg150-motifs-predcls"]
     assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
 
 
