@@ -28,8 +28,8 @@ The Evaluator
 -------------
 ``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
 (``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
-``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None)``
-takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
+triplet_scores=None, ng_triplet_scores=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
@@ -37,7 +37,9 @@ plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, 
 that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
 pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
 SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
-best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets". In box mode
+best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
+``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
+ranking). In box mode
 ``masks`` are ignored, as ``seg_filename`` is.
 
 * An update is checked before it touches the state, with the file reader's rules and messages
@@ -93,9 +95,12 @@ How one image flows
    audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
 4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
    a Matching and the triplet lists into integer counts per cut-off and predicate: an
-   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array.
+   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array. The
+   oi protocol adds ``oi_counts``: its list's hits, and per listed row its predicate, score and
+   the GT row its APs would take (``oi_candidates``).
 5. Aggregate. ``Evaluator.compute`` unpacks the records (``unpack_record``) into a ``CountStore``
-   per protocol; ``aggregate`` turns them into metrics, ``build_results`` into the results dict,
+   per protocol; ``aggregate`` (and ``oi_metrics``, ranking every image's listed rows for the
+   APs) turns them into metrics, ``build_results`` into the results dict,
    ``format_table`` into the printed table.
 
 Ground truth (OpenPSG ``psg.json``)
@@ -118,10 +123,16 @@ A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
         "seg_filename": "107902.tiff",      # mask mode: TIFF beside triplets.json / in the zip
         "instances": [{"category": 3, "bbox": [x1, y1, x2, y2], "score": 0.93}, ...],
         "triplets":    [[s, o, p], ...],    # most confident first
-        "ng_triplets": [[s, o, p], ...]}]}  # optional, most confident first (default: triplets)
+        "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
+        "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
+        "ng_triplet_scores": [0.93, ...]}]} # optional: one per row of ng_triplets
 
 The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
 ``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
+Row scores (``triplet_scores``, ``ng_triplet_scores``; ``null`` = not given) are read only by the
+``oi`` protocol, which ranks by them and says so in one error line when they are missing; the
+other protocols read the rows as written. Without ``ng_triplets`` the ng list is ``triplets``
+with ``triplet_scores``; ``ng_triplet_scores`` without ``ng_triplets`` is an error.
 TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
 GT image size; pages of 1-, 8- or 16-bit integer samples, uncompressed or LZW, deflate, PackBits,
 LZMA or Zstandard (not JPEG or other lossy codecs). An image with no instances needs no TIFF. ZIP members are
@@ -190,6 +201,28 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
   with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
   with mask IoU.
+* ``oi``: PySGG's Open Images evaluation (``pysgg/data/datasets/evaluation/oi/``; every rule
+  with file and line: tools/oi_check/README.md), box mode only. Its list: the rows of
+  ``ng_triplets`` (without them ``triplets``) ranked by their scores, descending (ties keep the
+  written order), the first 100, those scoring above 1e-5 (``sgeval convert openimages`` writes
+  PySGG's own list: two predicates per pair). Every GT row of the file counts, duplicates
+  included, in every evaluated image, with a record or without. R@k: the GT rows hit by the first
+  k rows of the list (a hit as in ``sgb``: predicate, categories, both box IoUs >=
+  ``iou_threshold``, float32, +1 pixel), summed over the images, over all GT rows (+ 1e-12);
+  imgR@k: the per-image mean. AP per predicate, of relationships (AP_rel) and of phrases (AP_phr):
+  the listed rows of the predicate in all images, in GT order, ranked by ``np.argsort`` of their
+  negated scores (PySGG's tie order); a row takes, of the GT rows with its predicate, the one of
+  largest overlap (first on ties; 0 where a category differs; relationships: the lesser of the
+  subject and object IoUs, phrases: the IoU of the union boxes), and is a true positive when that
+  overlap is above ``iou_threshold`` and no better-ranked row took it (else a false positive,
+  even when another GT row would do); VOC AP: precision envelope, sentinels (0, 0) and (1, 0),
+  summed where recall changes; recall over the predicate's GT rows + 1e-12. mAP_rel / mAP_phr:
+  the mean over every predicate of the vocabulary (absent ones: AP 0); wmAP_rel / wmAP_phr:
+  weighted by GT rows; ``score`` = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and ``score_wtd`` the
+  same with the wmAPs (what PySGG returns and papers report). mR@k: the mean recall PySGG prints
+  beside it, of ``triplets`` under ``sgb``'s rules (images without triplets left out of it). It
+  needs row scores (one error line when a record has rows without them). ``--compare-protocols``
+  adds the five recall protocols (it runs on any prediction; oi only when named).
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
   GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
@@ -348,7 +381,8 @@ def _numba_kernels():
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
 DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
-PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
+RECALL_PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")  # run on any prediction
+PROTOCOLS = (*RECALL_PROTOCOLS, "oi")  # oi: box mode, and it ranks by row scores
 TASKS = ("sgdet", "sgcls", "predcls")  # what the model was given: nothing, the GT boxes, the GT boxes and labels
 BOX_TOLERANCE = 1.0  # sgcls / predcls: a predicted box is the GT's when every coordinate is within this (pixels)
 
@@ -361,7 +395,12 @@ class LegacyTool(typing.NamedTuple):
     least_union: float | None  # the box IoU's union is at least this (mmdet's eps)
 
 
-LEGACY = {"openpsg": LegacyTool("OpenPSG", 0, 1e-6), "sgb": LegacyTool("Scene-Graph-Benchmark", 1, None)}
+LEGACY = {"openpsg": LegacyTool("OpenPSG", 0, 1e-6), "sgb": LegacyTool("Scene-Graph-Benchmark", 1, None),
+          "oi": LegacyTool("PySGG (Open Images)", 1, None)}
+OI_TOP = 100  # oi: PySGG's Open Images evaluation ranks the 100 best-scored rows (oi_evaluation.py:151, 211)
+OI_MIN_SCORE = 1e-5  # ... and keeps those scoring above this (oi_evaluation.py:225)
+OI_SCORE_K = "50"  # ... and its score_wtd weighs R@50 (oi_evaluation.py:366)
+OI_SCALARS = ("mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score", "score_wtd")  # its metrics besides R@k
 LEGACY_RULES = {"absent_predicates": "zero", "aggregation": "per_image"}  # the tools', whatever the config says
 LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
@@ -550,6 +589,9 @@ def make_config(values, source="config", need_pred=False):
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
                     per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
                     gt_cache=_gt_cache_value(merged["gt_cache"], source, problems))
+    if config.gt_seg and "oi" in (config.protocol, *config.protocols):
+        problems.append(f"{source}: the oi protocol scores boxes (Open Images has no masks): leave out gt_seg "
+                        f"to evaluate in box mode")
     if problems:
         raise SGEvalError(problems)
     return config
@@ -934,7 +976,8 @@ class Evaluator:
         self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
         self.other_records = 0  # update_from_file: records of images outside the test split
 
-    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None):
+    def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
+               triplet_scores=None, ng_triplet_scores=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
         image_id = str(image_id)
@@ -944,7 +987,11 @@ class Evaluator:
         image = self.gt.images[slot] if slot is not None else None
         height, width = (image.height, image.width) if image is not None else self.gt.skipped[image_id]
         pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
-                             len(self.gt.object_classes), self.settings, height, width)
+                             len(self.gt.object_classes), self.settings, height, width,
+                             row_scores=(triplet_scores, ng_triplet_scores))
+        problem = oi_scores_problem(pred, self.settings, where)
+        if problem:
+            raise SGEvalError([problem])
         digest = prediction_digest(pred)
         if slot is None:
             return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
@@ -1110,8 +1157,9 @@ class Evaluator:
     def _counted(self, slots):
         """The Counted of the given GT slots (those without an update as predicting nothing)."""
         settings = self.settings
-        shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
-        stores = {protocol: CountStore(len(slots), shapes) for protocol in settings.protocols}
+        stores = {protocol: CountStore(len(slots), count_shapes(len(settings.k), len(settings.imr_k),
+                                                                settings.n_predicates, protocol))
+                  for protocol in settings.protocols}
         audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
         checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
         C = settings.n_predicates
@@ -1124,8 +1172,9 @@ class Evaluator:
             values = record.values if record is not None else pack_record(
                 evaluate_image(ImageTask(image, None, None, settings)), image, settings)
             columns, blocks, audit, check = unpack_record(values, settings)
-            for protocol, (fields, cells) in blocks.items():
+            for protocol, (fields, cells, listed) in blocks.items():
                 stores[protocol].images[index] = columns, fields
+                stores[protocol].listed[index] = listed
                 np.add.at(confusion[protocol], cells[0], cells[1])
             if audit is not None:
                 audits[index] = audit
@@ -1179,7 +1228,8 @@ def prediction_digest(pred):
     """DIGEST bytes identifying a prediction's arrays (a mask file by its name, given masks by a
     CRC-32 and an Adler-32 of their packed bits)."""
     digest = hashlib.sha256()
-    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets):
+    for array in (pred.categories, pred.boxes, pred.scores, pred.triplets, pred.ng_triplets, pred.triplet_scores,
+                  pred.ng_triplet_scores):
         digest.update(b"-" if array is None else repr(array.shape).encode() + np.ascontiguousarray(array).tobytes())
     if pred.bits is not None:
         data = np.ascontiguousarray(pred.bits).view(np.uint8)
@@ -1195,15 +1245,16 @@ def pack_record(result, image, settings):
     (per-predicate ones at those columns) and its confusion cells, the audit counts (when on) and
     the CHECK_FIELDS counts."""
     columns = np.unique(image.relations[:, 2])
-    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
     parts = [[len(columns)], columns]
     for protocol in settings.protocols:
         counts = result.counts[protocol]
-        for field in shapes:
+        for field in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol):
             value = np.asarray(counts[field], np.int64)
             parts.append(value[..., columns] if field in PER_PREDICATE_FIELDS else value)
         cells = counts.get("confusion", np.zeros((2, 0), np.int64))
         parts += [[cells.shape[1]], cells]
+        if protocol == "oi":
+            parts += [[counts["oi_dets"].shape[1]], counts["oi_dets"]]
     parts += ([result.audit] if settings.audit else []) + [result.check]
     return _smallest(np.concatenate([np.asarray(part, np.int64).ravel() for part in parts]))
 
@@ -1217,10 +1268,10 @@ def _smallest(values):
 
 def unpack_record(values, settings):
     """pack_record's array -> (columns, {protocol: (its count fields in count_shapes order, the
-    per-predicate ones at the columns only; confusion cells (2, U))}, audit or None, check).
-    ValueError when the array does not have the layout."""
+    per-predicate ones at the columns only; confusion cells (2, U); oi: its listed rows (5, D) as
+    oi_counts gives them, else None)}, audit or None, check). ValueError when the array does not
+    have the layout."""
     values = np.asarray(values).astype(np.int64)
-    shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
     n_columns = int(values[0])
     columns, at, blocks = values[1:1 + n_columns], 1 + n_columns, {}
     if len(columns) != n_columns or (n_columns and (columns.min() < 0 or columns.max() >= settings.n_predicates)):
@@ -1235,12 +1286,17 @@ def unpack_record(values, settings):
         return values[at - size:at].reshape(shape)
 
     for protocol in settings.protocols:
+        shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol)
         fields = [take(shape[:-1] + (n_columns,) if field in PER_PREDICATE_FIELDS else shape)
                   for field, shape in shapes.items()]
         cells = take((2, int(take((1,))[0])))
         if cells.size and (cells[0].min() < 0 or cells[0].max() >= settings.n_predicates * (settings.n_predicates + 1)):
             raise ValueError("a confusion cell is out of range")
-        blocks[protocol] = fields, cells
+        listed = take((5, int(take((1,))[0]))) if protocol == "oi" else None
+        if listed is not None and listed.size and (listed[0].max() >= settings.n_predicates
+                                                   or listed[1:3].max() >= 1 << 32):
+            raise ValueError("an oi row is out of range")
+        blocks[protocol] = fields, cells, listed
     audit = take((len(AUDIT_FIELDS),)) if settings.audit else None
     check = take((len(CHECK_FIELDS),))
     if at != len(values):
@@ -1341,10 +1397,10 @@ def _update_field(value, name, shape, kinds, where, problems):
 
 
 def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings, height,
-                  width):
+                  width, row_scores=(None, None)):
     """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
     masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
-    checked)."""
+    checked). row_scores: (triplet_scores, ng_triplet_scores), each None when not given."""
     problems = [f"{where}: field '{name}' is required (an empty array is valid)"
                 for name, value in (("labels", labels), ("triplets", triplets)) if value is None]
     if problems:
@@ -1363,6 +1419,7 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
                        problems)
     boxes = None if boxes is None else _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
     scores = None if scores is None else _update_field(scores, "scores", (n,), "iuf", where, problems)
+    row_scores = _update_row_scores(row_scores, rows, where, problems)
     if settings.mode == "box" and boxes is None and not problems:
         problems.append(f"{where}: field 'boxes' is required in box mode (no gt_seg)")
     elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
@@ -1374,7 +1431,21 @@ def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_tr
         raise SGEvalError(problems)
     triplets = rows["triplets"]
     return PredImage(image_id, labels, boxes if settings.mode == "box" else None, scores, triplets,
-                     rows.get("ng_triplets", triplets), None, bits)
+                     rows.get("ng_triplets", triplets), None, bits, *row_scores)
+
+
+def _update_row_scores(row_scores, rows, where, problems):
+    """update's (triplet_scores, ng_triplet_scores) as (N,) float64 arrays of the rows' lengths, or
+    None (not given; without ng_triplets the ng scores are the triplet scores)."""
+    checked = []
+    for (field, rows_field), value in zip((("triplet_scores", "triplets"), ("ng_triplet_scores", "ng_triplets")),
+                                          row_scores):
+        if value is not None and rows_field not in rows:
+            problems.append(f"{where}: field '{field}' is given without '{rows_field}'")
+            value = None
+        n = len(rows[rows_field]) if rows_field in rows else 0
+        checked.append(None if value is None else _update_field(value, field, (n,), "iuf", where, problems))
+    return checked[0], checked[1] if "ng_triplets" in rows else checked[0]
 
 
 def update_masks(masks, n, height, width, where, problems):
@@ -1449,6 +1520,8 @@ class PredImage:
     ng_triplets: np.ndarray
     seg_filename: str | None
     bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
+    triplet_scores: np.ndarray | None = None  # (N,) float64, one per row of triplets, when given
+    ng_triplet_scores: np.ndarray | None = None  # (M,) float64 for ng_triplets (the triplet_scores without them)
 
 
 class PredSource:
@@ -1669,7 +1742,8 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     bad = [field for field, rows in (("triplets", triplets), ("ng_triplets", ng_triplets))
            if rows is None and (ng_given or field == "triplets")]
     problems += [f"{where}: field '{field}' must be a list of [3 integers] rows" for field in bad]
-    if instances is None or bad:
+    row_scores = _row_scores(record, where, triplets, ng_triplets, ng_given, problems)
+    if instances is None or bad or row_scores is None:
         return None
     categories, boxes, scores = instances
     before = len(problems)
@@ -1687,7 +1761,29 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     if len(problems) > before:
         return None
     return PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
-                     seg_filename if isinstance(seg_filename, str) else None)
+                     seg_filename if isinstance(seg_filename, str) else None, None, *row_scores)
+
+
+def _row_scores(record, where, triplets, ng_triplets, ng_given, problems):
+    """(triplet_scores, ng_triplet_scores) of a record, each (N,) float64 or None when not given
+    (without ng_triplets, the ng list is the triplets and so are its scores); None after a problem."""
+    found = []
+    for field, rows in (("triplet_scores", triplets), ("ng_triplet_scores", ng_triplets)):
+        value = record.get(field)
+        if value is None:
+            found.append(None)
+        elif field == "ng_triplet_scores" and not ng_given:
+            problems.append(f"{where}: field 'ng_triplet_scores' is given without 'ng_triplets'")
+        elif not isinstance(value, list) or _float_array(value) is None:
+            problems.append(f"{where}: field '{field}' must be a list of finite numbers, one per row")
+        elif rows is not None and len(value) != len(rows):
+            problems.append(f"{where}: field '{field}' has {len(value)} scores for {len(rows)} rows "
+                            f"of '{field.replace('_scores', 's')}'")
+        else:
+            found.append(_float_array(value))
+    if len(found) < 2:
+        return None
+    return found[0], found[1] if ng_given else found[0]
 
 
 def _instances(record, where, mode, n_objects, problems):
@@ -2139,13 +2235,22 @@ def encode_masks(masks_PHW):
     return buffer.getvalue()
 
 
+def _finite_list(values, field, image_id):
+    """A list of finite floats for write_predictions; ValueError naming the image otherwise."""
+    array = np.asarray(values, np.float64).ravel()
+    if not np.isfinite(array).all():
+        raise ValueError(f"image {image_id}: field '{field}' holds NaN or inf")
+    return array.tolist()
+
+
 def write_predictions(path, images, extra_members=None, kind=None):
     """Write predictions in the sgeval/SGBench v1 format.
 
     ``path`` ending in ``.zip`` -> a ZIP of <id>.tiff and triplets.json; ``.json`` -> one JSON
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
-    ``triplets``, optional ``ng_triplets`` and optional ``masks`` ((P, H, W) bool or uint8) or
+    ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
+    row) and optional ``masks`` ((P, H, W) bool or uint8) or
     ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
@@ -2176,6 +2281,9 @@ def write_predictions(path, images, extra_members=None, kind=None):
                           "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
                 if image.get("ng_triplets") is not None:
                     record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
+                for field in ("triplet_scores", "ng_triplet_scores"):
+                    if image.get(field) is not None:
+                        record[field] = _finite_list(image[field], field, image["id"])
                 masks, tiff = image.get("masks"), image.get("tiff")
                 if tiff is not None or masks is not None and len(masks):
                     if kind == "json":
@@ -2693,8 +2801,8 @@ def protocol_counts(gt, matching, triplets, ng_triplets, settings):
     protocol = matching.protocol
     if protocol in LEGACY:
         if not len(triplets):
-            return left_out_counts(settings)
-        rows = gt.file_rows if protocol == "sgb" else slice(None)  # sgb counts every GT row of the file
+            return left_out_counts(settings, protocol)
+        rows = slice(None) if protocol == "openpsg" else gt.file_rows  # sgb and oi count every GT row of the file
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
                              settings.imr_k, settings.n_predicates, settings.confusion_k)
     if matching.node_of is not None:
@@ -2712,14 +2820,90 @@ def legacy_ok(protocol, gt, pred, iou, settings):
     return iou >= settings.iou_threshold
 
 
+def oi_list(pred):
+    """PySGG's Open Images list of a prediction (oi_evaluation.py:203-228): the rows of ng_triplets
+    by ng_triplet_scores, descending (ties keep the written order), the first OI_TOP of them, and
+    of those the rows scoring above OI_MIN_SCORE -> (rows (N, 3), scores (N,))."""
+    if pred is None or not len(pred.ng_triplets):
+        return _NO_TRIPLETS, np.zeros(0)
+    scores = pred.ng_triplet_scores
+    order = np.argsort(-scores, kind="stable")[:OI_TOP]
+    order = order[scores[order] > OI_MIN_SCORE]
+    return pred.ng_triplets[order], scores[order]
+
+
+def _union_boxes(a_N4, b_N4):
+    """The smallest box holding both boxes of each row (xyxy)."""
+    return np.concatenate([np.minimum(a_N4[:, :2], b_N4[:, :2]), np.maximum(a_N4[:, 2:], b_N4[:, 2:])], axis=1)
+
+
+def oi_candidates(gt, pred, relations_R3, rows_N3, threshold):
+    """Per row of the OI list, the GT row (index into relations_R3) that PySGG's ap_eval would
+    take for the relationship AP and for the phrase AP, -1 for none (ap_eval_rel.py:158-201):
+    among the GT rows of the row's predicate, the overlap is 0 where the subject's or object's
+    category differs, else the lesser of the subject and object box IoUs (phrase: the IoU of the
+    union boxes); the first GT row of the largest overlap, when that is above the threshold
+    (float32). Whether it was taken by a better-scored row is decided over all images (oi_ap)."""
+    tool, none_G, none_P = LEGACY["oi"], np.zeros(len(gt.categories), np.int64), np.zeros(len(pred.categories), np.int64)
+    iou_PG = legacy_box_iou(tool, gt.boxes, none_G, pred.boxes, none_P)
+    s, o, p = rows_N3.T
+    gs, go, gp = relations_R3.T
+    same = p[:, None] == gp[None]
+    valid = same & (pred.categories[s][:, None] == gt.categories[gs][None])         & (pred.categories[o][:, None] == gt.categories[go][None])
+    relationship = np.minimum(iou_PG[s][:, gs], iou_PG[o][:, go])
+    phrase = legacy_box_iou(tool, _union_boxes(gt.boxes[gs], gt.boxes[go]), np.zeros(len(gs), np.int64),
+                            _union_boxes(pred.boxes[s], pred.boxes[o]), np.zeros(len(s), np.int64))
+    picks = []
+    for overlap in (relationship, phrase):
+        overlap = np.where(same, np.where(valid, overlap, np.float32(0)), np.float32(-1))
+        best = overlap.argmax(axis=1) if overlap.shape[1] else np.zeros(len(overlap), np.int64)
+        top = overlap[np.arange(len(overlap)), best] if overlap.shape[1] else np.zeros(len(overlap), np.float32)
+        picks.append(np.where(same.any(axis=1) & (top > np.float32(threshold)), best, -1))
+    return picks
+
+
+def oi_counts(gt, pred, settings):
+    """The oi protocol's own counts of one image (PySGG's eval_rel_results, every GT row of the
+    file counted, duplicates included): oi_gt the GT rows; oi_hits the GT rows hit by the first k
+    rows of the OI list (oi_list; a row hits a GT row as in sgb: predicate, categories and both box
+    IoUs >= threshold) for each cut-off and OI_SCORE_K; oi_npos the GT rows per predicate; oi_dets
+    (5, N) per listed row: predicate, the score's float64 bits (high and low 32), the GT row
+    oi_candidates gives + 1 for the relationship and for the phrase AP (0: none)."""
+    relations = gt.relations[gt.file_rows]
+    rows, scores = oi_list(pred)
+    first_hit, picks = np.full(len(relations), -1), [np.full(len(rows), -1)] * 2
+    if len(rows):
+        ok = legacy_ok("oi", gt, pred, None, settings)
+        first_hit = triplet_hits(rows, ok, relations, len(rows), settings.n_predicates)[0]
+        picks = oi_candidates(gt, pred, relations, rows, settings.iou_threshold)
+    ks = k_values(settings.k + (OI_SCORE_K,), len(relations))
+    bits = scores.view(np.uint64)
+    return {"oi_gt": len(relations),
+            "oi_hits": [np.count_nonzero((first_hit >= 0) & (first_hit < k)) for k in ks],
+            "oi_npos": np.bincount(relations[:, 2], minlength=settings.n_predicates),
+            "oi_dets": np.stack([rows[:, 2], (bits >> np.uint64(32)).astype(np.int64),
+                                 (bits & np.uint64(0xFFFFFFFF)).astype(np.int64), picks[0] + 1, picks[1] + 1])}
+
+
+def oi_scores_problem(pred, settings, where):
+    """The problem line when the oi protocol is run on a record whose ng list has no scores."""
+    if "oi" in settings.protocols and len(pred.ng_triplets) and pred.ng_triplet_scores is None:
+        field = "ng_triplet_scores" if pred.ng_triplets is not pred.triplets else "triplet_scores"
+        return (f"{where}: the oi protocol ranks the rows by their scores: field '{field}' is required "
+                f"(one number per row)")
+    return None
+
+
 def evaluate_image(task):
     """One image under every protocol of the run -> ImageResult (a worker's unit of work)."""
     gt, pred, settings = task.gt, task.pred, task.settings
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
                              _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k)
-        counts = {protocol: left_out_counts(settings) if protocol in LEGACY else empty
+        counts = {protocol: left_out_counts(settings, protocol) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
+        if "oi" in counts:
+            counts["oi"].update(oi_counts(gt, None, settings))
         check = dict.fromkeys(CHECK_FIELDS, 0)
         check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
         return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
@@ -2747,6 +2931,8 @@ def evaluate_image(task):
         for m in matchings:
             restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
             counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
+    if "oi" in counts:
+        counts["oi"].update(oi_counts(gt, pred, settings))
     return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
 
 
@@ -2762,10 +2948,10 @@ def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
     return Matching(protocol, match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
 
 
-def left_out_counts(settings):
+def left_out_counts(settings, protocol=None):
     """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
-    return {field: np.zeros(shape, np.int64)
-            for field, shape in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates).items()}
+    return {field: np.zeros(shape, np.int64) for field, shape in
+            count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2931,20 +3117,24 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
     }
 
 
-def count_shapes(n_k, n_imr, n_predicates):
-    """Shape of every per-image count field (the image axis excluded)."""
+def count_shapes(n_k, n_imr, n_predicates, protocol=None):
+    """Shape of every per-image count field (the image axis excluded) of a protocol; oi adds its
+    own (oi_counts: hits at each cut-off and at OI_SCORE_K)."""
     C = n_predicates
-    return {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
-            "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
-            "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
-            "imr_short": (n_imr,), "a_hits": (n_k,)}
+    shapes = {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
+              "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
+              "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
+              "imr_short": (n_imr,), "a_hits": (n_k,)}
+    if protocol == "oi":
+        shapes.update(oi_gt=(), oi_hits=(n_k + 1,), oi_npos=(C,))
+    return shapes
 
 
 # ---------------------------------------------------------------------------------------------
 # Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
 
-PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits")
+PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits", "oi_npos")
 
 
 class CountStore(collections.abc.Mapping):
@@ -2955,6 +3145,7 @@ class CountStore(collections.abc.Mapping):
 
     def __init__(self, n_images, shapes):
         self.shapes, self.images, self.cached = shapes, [None] * n_images, (None, None)
+        self.listed = [None] * n_images  # oi: each image's listed rows (oi_counts' oi_dets), None for none
 
     def __getitem__(self, field):
         if self.cached[0] != field:
@@ -2972,6 +3163,58 @@ class CountStore(collections.abc.Mapping):
 
     def __len__(self):
         return len(self.shapes)
+
+
+def oi_ap(image_D, pick_D, n_gt):
+    """PySGG's average precision of one predicate (ap_eval_rel.py:144-211, get_ap 101-119): the
+    listed rows of every image, ranked by score (the caller's order), are true positives when
+    their pick (image, GT row; -1 none) was not taken by an earlier row; precision over recall
+    with the VOC envelope and sentinels, summed where recall changes."""
+    tp = np.zeros(len(pick_D))
+    picked = np.flatnonzero(pick_D >= 0)
+    first = np.unique(np.stack([image_D[picked], pick_D[picked]]), axis=1, return_index=True)[1] if len(picked) \
+        else np.zeros(0, np.int64)
+    tp[picked[first]] = 1.0
+    fp, tp = np.cumsum(1.0 - tp), np.cumsum(tp)
+    recall = tp / (float(n_gt) + 1e-12)
+    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    recall, precision = np.concatenate(([0.0], recall, [1.0])), np.concatenate(([0.0], precision, [0.0]))
+    precision = np.maximum.accumulate(precision[::-1])[::-1]
+    changes = np.flatnonzero(recall[1:] != recall[:-1])
+    return np.sum((recall[changes + 1] - recall[changes]) * precision[changes + 1])
+
+
+def oi_metrics(store, k_labels):
+    """The oi protocol's metrics (PySGG's eval_rel_results, oi_evaluation.py:146-392) from the
+    stacked counts -> (metrics, per_predicate): R@k over all GT rows, imgR@k its per-image mean,
+    AP_rel / AP_phr per predicate (oi_ap, rows ranked by np.argsort of the negated scores in image
+    order as PySGG concatenates them), mAP over every predicate of the vocabulary, wmAP weighted by
+    GT rows, score = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and score_wtd the same with the wmAPs."""
+    gt_I, hits_IK = store["oi_gt"], store["oi_hits"].astype(np.float64)
+    recall = hits_IK.sum(axis=0) / (float(gt_I.sum()) + 1e-12)
+    out = {f"R@{label}": float(recall[i]) for i, label in enumerate(k_labels)}
+    out.update({f"imgR@{label}": float(np.mean(hits_IK[:, i] / (gt_I + 1e-12))) for i, label in enumerate(k_labels)})
+    listed = [rows if rows is not None else np.zeros((5, 0), np.int64) for rows in store.listed]
+    image = np.repeat(np.arange(len(listed)), [rows.shape[1] for rows in listed])
+    predicate, high, low, rel, phr = np.concatenate(listed, axis=1) if listed else np.zeros((5, 0), np.int64)
+    scores = ((high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)).view(np.float64)
+    n_gt = store["oi_npos"].sum(axis=0)
+    all_gt, per_predicate = int(n_gt.sum()), {"AP_rel": np.zeros(len(n_gt)), "AP_phr": np.zeros(len(n_gt))}
+    for c in range(len(n_gt)):
+        rows = np.flatnonzero(predicate == c)
+        rows = rows[np.argsort(-scores[rows])]
+        per_predicate["AP_rel"][c] = oi_ap(image[rows], rel[rows] - 1, n_gt[c])
+        per_predicate["AP_phr"][c] = oi_ap(image[rows], phr[rows] - 1, n_gt[c])
+    for kind in ("rel", "phr"):
+        total, weighted = 0.0, 0.0
+        for c, ap in enumerate(per_predicate[f"AP_{kind}"]):
+            weighted += ap * float(n_gt[c]) / float(all_gt) if all_gt else np.nan
+            total += ap
+        out[f"mAP_{kind}"], out[f"wmAP_{kind}"] = total / len(n_gt) if len(n_gt) else np.nan, weighted
+    r50 = float(recall[-1])
+    out["score"] = 0.4 * out["mAP_rel"] + 0.2 * r50 + 0.4 * out["mAP_phr"]
+    out["score_wtd"] = 0.4 * out["wmAP_rel"] + 0.2 * r50 + 0.4 * out["wmAP_phr"]
+    return {key: float(value) for key, value in out.items()}, per_predicate
 
 
 def _r_type(hits_I, total_I, pooled):
@@ -3175,6 +3418,8 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
                 evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
             elif slot is None:
                 evaluator.other_records += 1
+            elif oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"):
+                problems.append(oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"))
             elif not problems:  # after a problem: only check the rest
                 yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
 
@@ -3317,9 +3562,13 @@ def build_results(config, gt, counted, training, groups=None, scope=None):
     for protocol, store in counted.stores.items():
         rules = dict(LEGACY_RULES) if protocol in LEGACY else \
             {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
-        metrics, per_predicate = aggregate(store, config.k, config.imr_k, metrics_wanted, rules["absent_predicates"],
+        wanted = ["mR"] if protocol == "oi" else metrics_wanted  # oi: its own metrics and the mR PySGG prints
+        metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
                                            rules["aggregation"], training.pairs, config.wimr_tau)
         metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
+        if protocol == "oi":
+            oi_values, oi_per_predicate = oi_metrics(store, config.k)
+            metrics, per_predicate = {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
@@ -3446,7 +3695,7 @@ def format_table(results):
              f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items()
                          if (key, value) not in (("scope", "all"), ("duplicate_updates", 0)))]
-    for families, ks in ((("R", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
+    for families, ks in ((("R", "imgR", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
                          (("IMR", "wIMR"), config["imr_k"])):
         rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
         if rows:
@@ -3457,15 +3706,21 @@ def format_table(results):
                        lambda g, k: _fmt(metrics[f"mR{k}/{g[3:]}"]), max(8, *(len(g) + 5 for g in groups)))
     if f"A@{config['k'][0]}" in metrics:
         lines.append(f"A@k: Top@K accuracy ({config['task']}: the first k rows among those on GT pairs; not a recall)")
-    extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank") if key in metrics]
+    extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank", *OI_SCALARS)
+              if key in metrics]
     if extras:
         lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
     if "by_protocol" in results:
         by_protocol = results["by_protocol"]
+        keys = list(dict.fromkeys(key for section in by_protocol.values() for key in section["metrics"]))
         lines += ["protocol comparison (same predictions, same GT):"] + _grid(
-            list(metrics), list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"][key], key), 10, 11)
+            keys, list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"].get(key), key), 10, 11)
     for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
-        if name in LEGACY:
+        if name == "oi":
+            lines.append(f"oi: {LEGACY[name].name}'s rules: R@k pooled over every GT row, AP per predicate over "
+                         f"all images, mAP over all {len(results['gt_relations_per_predicate']) + len(results['absent_predicates'])} "
+                         f"predicates; mR as sgb ({section['images_left_out']} images without triplets left out of it)")
+        elif name in LEGACY:
             lines.append(f"{name}: {LEGACY[name].name}'s rules: absent predicates count 0, per-image means; "
                          f"{section['images_left_out']} images without predicted relations left out of every mean")
     if config["per_predicate"] and results["per_predicate"]:
@@ -3511,7 +3766,8 @@ def format_table(results):
               help="sgdet (default); sgcls / predcls: the instances are the GT's (predcls: its labels too).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
 @click.option("--compare-protocols", is_flag=True,
-              help=f"Evaluate every protocol side by side: {', '.join(PROTOCOLS)}.")
+              help=f"Evaluate the recall protocols side by side: {', '.join(RECALL_PROTOCOLS)} (and oi with "
+                   f"--protocol oi).")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
 @click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")
@@ -3537,7 +3793,7 @@ def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
     if no_gt_cache:
         options["gt_cache"] = False
     if compare_protocols and options["protocols"] is None:
-        options["protocols"] = ",".join(PROTOCOLS)
+        options["protocols"] = ",".join(RECALL_PROTOCOLS)  # and oi when it is the headline protocol
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
                       "evaluating", quiet)
     click.echo(format_table(results))

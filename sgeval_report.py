@@ -44,7 +44,8 @@ MAX_RESULTS_BYTES = 1 << 28  # a results file larger than this is refused
 TABLES = ("main", "protocols", "predicates", "confusion")
 FORMATS = ("markdown", "latex", "csv")
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}  # the usual short names, accepted too
-NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank")
+NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank", *sgeval.OI_SCALARS)
+OI_METRICS = ("R@50", "mR@50", "wmAP_rel", "wmAP_phr", "score_wtd")  # the columns Open Images papers report
 LOWER_IS_BETTER = ("PRank",)
 
 
@@ -689,8 +690,8 @@ def _labels(pairs, mapping_file):
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion or "
               "all (default: main, and protocols when a run has several).")
-@click.option("--metrics", default="R,mR", show_default=True,
-              help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, PRank).")
+@click.option("--metrics", help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, "
+              "PRank, wmAP_rel) (default: R,mR; on oi results: " + ",".join(OI_METRICS) + ").")
 @click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")
 @click.option("--protocol", help="Protocol of the main, predicates and confusion tables (default: the headline).")
 @click.option("--compare-metrics", help="Keys of the protocol comparison (default: R@50, mR@50).")
@@ -715,7 +716,9 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
         names = _choices(table_names, TABLES, "--tables") if table_names else \
             ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
         cutoffs = sgeval._as_list(ks) if ks else default_ks(runs)
-        tables = build_tables(runs, names, sgeval._as_list(metrics), cutoffs, protocol,
+        oi = (protocol or runs[0].results["config"]["protocol"]) == "oi"
+        families = sgeval._as_list(metrics) if metrics else list(OI_METRICS if oi else ("R", "mR"))
+        tables = build_tables(runs, names, families, cutoffs, protocol,
                               sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
                               sgeval._as_list(compare_protocols) if compare_protocols else None)
         text = render(tables, fmt, decimals)

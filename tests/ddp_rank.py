@@ -43,7 +43,7 @@ def records_as_tensors(data, evaluator):
 def main(rank, world, port, data, out):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     evaluator = sgeval.Evaluator({"gt": f"{data}/psg.json", "gt_seg": f"{data}/panoptic",
-                                  "pred": f"{data}/pred.zip", "protocols": list(sgeval.PROTOCOLS)})
+                                  "pred": f"{data}/pred.zip", "protocols": list(sgeval.RECALL_PROTOCOLS)})
     items = records_as_tensors(data, evaluator)
     total = math.ceil(len(items) / world) * world  # DistributedSampler pads with the first items again
     padded = items + items[:total - len(items)]

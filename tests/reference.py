@@ -96,7 +96,7 @@ from fractions import Fraction
 import numpy as np
 
 MODES = ("mask", "box")
-PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")
+PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")  # and oi: reference_oi (its own metrics)
 LEGACY = ("openpsg", "sgb")  # rows as written, many-to-many, OpenPSG's / Scene-Graph-Benchmark's aggregation
 MATCHINGS = ("unique", "multimpo")  # singlempo merges first, then matches with "unique"
 ABSENT_RULES = ("skip", "zero")
@@ -911,3 +911,122 @@ def reference_evaluate(
         "confusion": {(predicate_names[g], None if p is None else predicate_names[p]): n for (g, p), n in
                       sum((r["confusion"] for r in all_records), Counter()).items()},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The oi protocol: PySGG's Open Images evaluation (oi_evaluation.py eval_rel_results, ap_eval_rel.py)
+
+OI_TOP = 100
+OI_MIN_SCORE = 1e-5
+
+
+def oi_list(prediction):
+    """PySGG's OI list: the ng rows (the triplets when ng_triplets is absent) by score descending,
+    ties in written order, the first 100, those scoring above 1e-5 -> [(s, o, p, score)]."""
+    if prediction is None or not prediction.get("instances"):
+        return []
+    if prediction.get("ng_triplets") is not None:
+        rows, scores = prediction["ng_triplets"], prediction["ng_triplet_scores"]
+    else:
+        rows, scores = prediction["triplets"], prediction.get("triplet_scores")
+    ranked = sorted(range(len(rows)), key=lambda i: -float(scores[i]))[:OI_TOP]
+    return [(*rows[i], float(scores[i])) for i in ranked if float(scores[i]) > OI_MIN_SCORE]
+
+
+def _oi_instances(image, prediction, task):
+    """(categories, boxes) the rows index: the prediction's, or the GT's in predcls (same count)."""
+    instances = prediction["instances"]
+    if task == "predcls" and len(instances) == len(image["categories"]):
+        return list(image["categories"]), list(image["boxes"])
+    return [i["category"] for i in instances], [i["bbox"] for i in instances]
+
+
+def _union(a, b):
+    return [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
+
+
+def _oi_pick(row, categories, boxes, image, phrase, threshold):
+    """ap_eval's choice for one listed row: the GT row (index) of largest overlap among those of
+    the row's predicate (0 where a category differs), if above the threshold; else None."""
+    s, o, p, _ = row
+    best, best_overlap = None, None
+    for g, (gs, go, gp) in enumerate(image["relations"]):
+        if gp != p:
+            continue
+        if categories[s] != image["categories"][gs] or categories[o] != image["categories"][go]:
+            overlap = np.float32(0)
+        elif phrase:
+            overlap = sgb_box_iou(_union(image["boxes"][gs], image["boxes"][go]), _union(boxes[s], boxes[o]))
+        else:
+            overlap = min(sgb_box_iou(image["boxes"][gs], boxes[s]), sgb_box_iou(image["boxes"][go], boxes[o]))
+        if best_overlap is None or overlap > best_overlap:
+            best, best_overlap = g, overlap
+    return best if best_overlap is not None and best_overlap > np.float32(threshold) else None
+
+
+def _voc_ap(recall, precision):
+    """get_ap: sentinels, the precision envelope from the right, sum over recall changes."""
+    mrec, mpre = [0.0] + recall + [1.0], [0.0] + precision + [0.0]
+    for i in range(len(mpre) - 1, 0, -1):
+        mpre[i - 1] = max(mpre[i - 1], mpre[i])
+    changes = [i for i in range(len(mrec) - 1) if mrec[i + 1] != mrec[i]]
+    return float(np.sum(np.array([(mrec[i + 1] - mrec[i]) * mpre[i + 1] for i in changes])))
+
+
+def reference_oi(dataset, predictions, ks=("20", "50", "100"), iou_threshold=0.5, task="sgdet"):
+    """The oi protocol's own metrics (R@k, imgR@k, AP_rel / AP_phr per predicate, mAP, wmAP, score,
+    score_wtd): every GT row of the evaluated images counts, duplicates included; rows ranked by
+    np.argsort of the negated scores over all images, in image order (PySGG's rule for ties)."""
+    names = dataset["predicate_classes"]
+    by_id = {str(r["id"]): r for r in predictions}
+    evaluated = [im for im in dataset["images"] if im["split"] == "test" and gt_relation_set(im)]
+    hits = {k: 0 for k in [*ks, "50"]}
+    per_image, n_gt, dets = {k: [] for k in ks}, 0, []
+    npos = Counter(p for im in evaluated for _, _, p in im["relations"])
+    for index, image in enumerate(evaluated):
+        prediction = by_id.get(str(image["image_id"]))
+        rows = oi_list(prediction)
+        categories, boxes = _oi_instances(image, prediction, task) if rows else ([], [])
+        n_rows, found = len(image["relations"]), []  # per row: the GT rows it hits (labels, both IoUs)
+        for s, o, p, _ in rows:
+            found.append({g for g, (gs, go, gp) in enumerate(image["relations"])
+                          if gp == p and categories[s] == image["categories"][gs]
+                          and categories[o] == image["categories"][go]
+                          and sgb_box_iou(image["boxes"][gs], boxes[s]) >= np.float32(iou_threshold)
+                          and sgb_box_iou(image["boxes"][go], boxes[o]) >= np.float32(iou_threshold)})
+        for k in hits:
+            matched = set().union(*found[:resolve_k(k, n_rows)])
+            hits[k] += len(matched)
+            if k in per_image:
+                per_image[k].append(float(len(matched)) / float(n_rows + 1e-12))
+        n_gt += n_rows
+        dets += [(index, row, _oi_pick(row, categories, boxes, image, False, iou_threshold),
+                  _oi_pick(row, categories, boxes, image, True, iou_threshold)) for row in rows]
+    metrics = {f"R@{k}": float(hits[k]) / (float(n_gt) + 1e-12) for k in ks}
+    metrics.update({f"imgR@{k}": float(np.mean(per_image[k])) for k in ks})
+    all_npos = sum(npos.values())
+    per_predicate = {"AP_rel": {}, "AP_phr": {}}
+    for kind, column in (("rel", 2), ("phr", 3)):
+        total, weighted = 0.0, 0.0
+        for p, name in enumerate(names):
+            mine = [d for d in dets if d[1][2] == p]
+            order = np.argsort(-np.array([d[1][3] for d in mine], np.float64))
+            visited, tp, fp = set(), [], []
+            for i in order:
+                pick = mine[i][column]
+                hit = pick is not None and (mine[i][0], pick) not in visited
+                visited |= {(mine[i][0], pick)} if hit else set()
+                tp.append(float(hit) + (tp[-1] if tp else 0.0))
+                fp.append(float(not hit) + (fp[-1] if fp else 0.0))
+            recall = [t / (float(npos[p]) + 1e-12) for t in tp]
+            precision = [t / max(t + f, np.finfo(np.float64).eps) for t, f in zip(tp, fp)]
+            ap = _voc_ap(recall, precision)
+            if npos[p]:
+                per_predicate[f"AP_{kind}"][name] = ap
+            weighted += ap * float(npos[p]) / float(all_npos)
+            total += ap
+        metrics[f"mAP_{kind}"], metrics[f"wmAP_{kind}"] = total / len(names), weighted
+    r50 = float(hits["50"]) / (float(n_gt) + 1e-12)
+    metrics["score"] = 0.4 * metrics["mAP_rel"] + 0.2 * r50 + 0.4 * metrics["mAP_phr"]
+    metrics["score_wtd"] = 0.4 * metrics["wmAP_rel"] + 0.2 * r50 + 0.4 * metrics["wmAP_phr"]
+    return {"metrics": metrics, "per_predicate": per_predicate}

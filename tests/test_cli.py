@@ -290,14 +290,14 @@ def test_protocols_equal_to_the_headline_protocol_add_nothing(tmp_path):
 def test_compare_protocols_flag_evaluates_all_five(tmp_path):
     values = base_yaml(tmp_path, protocols=["multimpo"])
     result, results = run_yaml(tmp_path, values, "--compare-protocols")
-    assert results["config"]["protocols"] == list(sgeval.PROTOCOLS)
+    assert results["config"]["protocols"] == list(sgeval.RECALL_PROTOCOLS)
     assert list(results["by_protocol"]) == ["unique", "singlempo", "multimpo", "openpsg", "sgb"]
     columns, rows = comparison(result.stdout)
     assert columns == ["unique", "singlempo", "multimpo", "openpsg", "sgb"]
     # singlempo (no scores, order of appearance): pred 1 joins pred 0's node, so (1,3,beside)
     # becomes (A, B, beside) and hits, as under multimpo, openpsg and sgb (pred 1 covers A too).
     assert rows["R@20"] == ["33.3", "66.7", "66.7", "66.7", "66.7"] and set(rows) == {"R@20", "mR@20"}
-    assert [results["by_protocol"][p]["metrics"]["R@20"] for p in sgeval.PROTOCOLS] == \
+    assert [results["by_protocol"][p]["metrics"]["R@20"] for p in sgeval.RECALL_PROTOCOLS] == \
         pytest.approx([1 / 3, 2 / 3, 2 / 3, 2 / 3, 2 / 3], abs=1e-15)
     # openpsg and sgb bring their tools' rule for the absent 'holding' (0 of 4), the others skip it
     assert rows["mR@20"] == ["33.3", "66.7", "66.7", "50.0", "50.0"]

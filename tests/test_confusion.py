@@ -43,7 +43,7 @@ EXPECTED = {
 
 
 def evaluate(values, **extra):
-    return sgeval.evaluate(sgeval.make_config({**values, "protocols": list(sgeval.PROTOCOLS), **extra}))
+    return sgeval.evaluate(sgeval.make_config({**values, "protocols": list(sgeval.RECALL_PROTOCOLS), **extra}))
 
 
 @pytest.mark.parametrize("mode", ["mask", "box"])

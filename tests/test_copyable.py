@@ -34,7 +34,7 @@ def test_sgeval_py_copied_alone_runs_and_gives_the_same_results(tmp_path):
         assert os.path.samefile(imported.stdout.strip(), copy)  # the copy, not the repository's sgeval.py
         assert os.path.samefile(sgeval.__file__, ROOT / "sgeval.py")
         ours = json.loads(json.dumps(sgeval.evaluate(sgeval.make_config(
-            {"gt": str(gt), "gt_seg": str(gt_seg), "pred": str(pred), "protocols": list(sgeval.PROTOCOLS)}))))
+            {"gt": str(gt), "gt_seg": str(gt_seg), "pred": str(pred), "protocols": list(sgeval.RECALL_PROTOCOLS)}))))
         stdout, stderr = run.communicate(timeout=300)
     finally:
         run.kill()
@@ -43,7 +43,7 @@ def test_sgeval_py_copied_alone_runs_and_gives_the_same_results(tmp_path):
     assert "| protocol unique |" in stdout and "results written to" in stderr
 
     copied = json.loads(output.read_text())
-    assert set(copied["by_protocol"]) == set(sgeval.PROTOCOLS) and copied["images"]["evaluated"] > 0
+    assert set(copied["by_protocol"]) == set(sgeval.RECALL_PROTOCOLS) and copied["images"]["evaluated"] > 0
     assert copied["metrics"] == ours["metrics"]
     assert copied["by_protocol"] == ours["by_protocol"]
     assert {key: value for key, value in copied.items() if key != "config"} == \

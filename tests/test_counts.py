@@ -5,21 +5,28 @@ import pytest
 from conftest import sgeval
 
 
-def _settings(n_k, n_predicates, protocols=("unique", "openpsg"), audit=True):
+def _settings(n_k, n_predicates, protocols=("unique", "openpsg", "oi"), audit=True):
     return sgeval.Settings("mask", protocols, 0.5, tuple(str(k + 1) for k in range(n_k)), ("10", "20"), n_predicates,
                            audit)
 
 
 def _random_result(rng, settings, relations):
     """An ImageResult whose per-predicate counts are zero where the GT lacks the predicate."""
-    shapes = sgeval.count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates)
     present = np.bincount(relations[:, 2], minlength=settings.n_predicates) > 0
     counts = {}
     for protocol in settings.protocols:
+        shapes = sgeval.count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol)
         counts[protocol] = {field: rng.integers(0, 300 if field == "rank_sum" else 9, shape) * (
             present if field in sgeval.PER_PREDICATE_FIELDS else 1) for field, shape in shapes.items()}
         cells = np.unique(rng.integers(0, settings.n_predicates * (settings.n_predicates + 1), 4))
         counts[protocol]["confusion"] = np.stack([cells, rng.integers(1, 5, len(cells))])
+        if protocol == "oi":  # listed rows: predicate, a score's float64 bits (high, low), two GT picks + 1
+            n = int(rng.integers(0, 6))
+            bits = rng.random(n).view(np.uint64)
+            counts[protocol]["oi_dets"] = np.stack([rng.integers(0, settings.n_predicates, n),
+                                                    (bits >> np.uint64(32)).astype(np.int64),
+                                                    (bits & np.uint64(0xFFFFFFFF)).astype(np.int64),
+                                                    rng.integers(0, 5, n), rng.integers(0, 5, n)])
     audit = list(rng.integers(0, 9, len(sgeval.AUDIT_FIELDS))) if settings.audit else None
     return sgeval.ImageResult(counts, audit, [], list(rng.integers(0, 9, len(sgeval.CHECK_FIELDS))))
 
@@ -31,8 +38,8 @@ def test_record_round_trip_gives_every_count_back(n_k, n_predicates, audit):
     without a record: zeros), n_k == C included (fields are told apart by name)."""
     rng = np.random.default_rng(n_k * 10 + n_predicates)
     settings = _settings(n_k, n_predicates, audit=audit)
-    shapes = sgeval.count_shapes(n_k, 2, n_predicates)
-    stores = {protocol: sgeval.CountStore(13, shapes) for protocol in settings.protocols}
+    shapes = {protocol: sgeval.count_shapes(n_k, 2, n_predicates, protocol) for protocol in settings.protocols}
+    stores = {protocol: sgeval.CountStore(13, shapes[protocol]) for protocol in settings.protocols}
     results = []
     for slot in range(12):
         relations = np.zeros((0, 3), np.int64) if slot == 3 else \
@@ -41,15 +48,18 @@ def test_record_round_trip_gives_every_count_back(n_k, n_predicates, audit):
                                np.arange(len(relations)))
         results.append(_random_result(rng, settings, relations))
         values = sgeval.pack_record(results[-1], image, settings)
-        assert values.dtype == (np.uint16 if values.max() > 255 else np.uint8)
+        assert values.dtype == np.min_scalar_type(int(values.max()))  # oi's score bits: up to 32 bits
         columns, blocks, audit_back, check = sgeval.unpack_record(values, settings)
         assert (audit_back is None) == (not audit) and list(check) == results[-1].check
-        for protocol, (fields, cells) in blocks.items():
+        for protocol, (fields, cells, listed) in blocks.items():
             stores[protocol].images[slot] = columns, fields
             np.testing.assert_array_equal(cells, results[-1].counts[protocol]["confusion"])
+            assert (listed is None) == (protocol != "oi")
+            if listed is not None:
+                np.testing.assert_array_equal(listed, results[-1].counts[protocol]["oi_dets"])
     for protocol, store in stores.items():
-        assert list(store) == list(shapes) and len(store) == len(shapes)
-        for field, shape in list(shapes.items()) * 2:  # twice: the cached field and a fresh one
+        assert list(store) == list(shapes[protocol]) and len(store) == len(shapes[protocol])
+        for field, shape in list(shapes[protocol].items()) * 2:  # twice: the cached field and a fresh one
             expected = np.stack([np.asarray(r.counts[protocol][field], np.int64).reshape(shape) for r in results]
                                 + [np.zeros(shape, np.int64)])
             np.testing.assert_array_equal(store[field], expected)

@@ -525,3 +525,28 @@ def test_more_instances_than_the_limit(tmp_path):
     many = [{"category": 0}] * (sgeval.MAX_INSTANCES + 1)
     rewrite_json(values["pred"], lambda data: pred_record(data, "101").update(instances=many, triplets=[]))
     only(problems_of(values), values["pred"], "101", str(sgeval.MAX_INSTANCES))
+
+
+# ------------------------------------------------------------------ row scores (triplet_scores, ng_triplet_scores)
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"triplet_scores": [0.5, 0.4, 0.3]}, ("triplet_scores", "3 scores for 2 rows")),
+    ({"triplet_scores": [0.5, "0.4"]}, ("triplet_scores", "finite numbers")),
+    ({"triplet_scores": [0.5, True]}, ("triplet_scores", "finite numbers")),
+    ({"triplet_scores": 0.5}, ("triplet_scores", "finite numbers")),
+    ({"triplet_scores": [0.5, 1e400]}, ("triplet_scores", "finite numbers")),
+    ({"ng_triplet_scores": [0.5, 0.4]}, ("ng_triplet_scores", "without 'ng_triplets'")),
+    ({"ng_triplets": [[0, 2, 0]], "ng_triplet_scores": []}, ("ng_triplet_scores", "0 scores for 1 rows")),
+], ids=["long", "string", "bool", "scalar", "overflow", "no-ng-rows", "short-ng"])
+def test_bad_row_scores(tmp_path, edit, words):
+    values = perfect_case(tmp_path, mode="box")
+    rewrite_json(values["pred"], lambda data: pred_record(data, "101").update(edit))
+    only(problems_of(values), values["pred"], "101", *words)
+
+
+def test_row_scores_null_means_not_given(tmp_path):
+    values = perfect_case(tmp_path, mode="box")
+    rewrite_json(values["pred"], lambda data: pred_record(data, "101").update(triplet_scores=None,
+                                                                            ng_triplet_scores=None))
+    assert sgeval.evaluate(sgeval.make_config(values))["metrics"]["R@20"] == 1.0

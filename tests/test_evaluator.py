@@ -15,6 +15,7 @@ stand-in all_gather_object over two threads as ranks.
 import copy
 import json
 import pickle
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -89,7 +90,7 @@ class Demo:
 
     def config(self, mode="mask", task="sgdet", **extra):
         """The config of both paths (pred included, so the results' config sections match)."""
-        values = {"gt": self.gt, "pred": self.pred, "task": task, "protocols": list(sgeval.PROTOCOLS), **extra}
+        values = {"gt": self.gt, "pred": self.pred, "task": task, "protocols": list(sgeval.RECALL_PROTOCOLS), **extra}
         return {**values, "gt_seg": self.seg} if mode == "mask" else values
 
     def arguments(self, image_id):
@@ -141,7 +142,7 @@ def test_arrays_give_the_results_of_the_file(demo, mode, task):
     assert json.dumps(results) == reference(demo, mode, task)
     assert results["images"] == {"evaluated": 31, "missing_predictions": len(DEMO_MISSING), "skipped_no_relations": 1,
                                  "extra_predictions": 1, "scope": "all", "duplicate_updates": 0}
-    assert set(results["by_protocol"]) == set(sgeval.PROTOCOLS)
+    assert set(results["by_protocol"]) == set(sgeval.RECALL_PROTOCOLS)
 
 
 def test_missing_images_score_as_in_a_file_without_their_records(demo, tmp_path):
@@ -909,3 +910,22 @@ def test_any_sharding_order_padding_and_merge_tree(demo, rank_pool, data):
     results = live[0].compute()
     assert results["images"]["duplicate_updates"] == len(padding)
     assert without_duplicates(results) == reference(demo, mode)
+
+
+def test_row_scores_are_checked_and_part_of_the_digest(tmp_path):
+    """triplet_scores / ng_triplet_scores: one finite number per row, only with their rows; a
+    repeat with other scores is another prediction."""
+    values = perfect_case(tmp_path, mode="box")
+    evaluator = sgeval.Evaluator({"gt": values["gt"]})
+    arrays = {"labels": [0, 0, 3], "boxes": [[0, 0, 3, 0], [4, 0, 7, 0], [0, 1, 7, 1]],
+              "triplets": [[0, 2, 0], [1, 2, 1]]}
+    for extra, words in (({"triplet_scores": [0.5]}, "field 'triplet_scores' has shape (1,), expected (2,)"),
+                         ({"triplet_scores": [0.5, np.nan]}, "field 'triplet_scores' holds NaN or inf"),
+                         ({"ng_triplet_scores": [0.5, 0.4]}, "field 'ng_triplet_scores' is given without 'ng_triplets'")):
+        with pytest.raises(sgeval.SGEvalError, match=re.escape(words)):
+            evaluator.update("101", **arrays, **extra)
+    evaluator.update("101", **arrays, triplet_scores=[0.5, 0.4])
+    evaluator.update("101", **arrays, triplet_scores=[0.5, 0.4])
+    with pytest.raises(sgeval.SGEvalError, match="updated twice with different predictions"):
+        evaluator.update("101", **arrays, triplet_scores=[0.5, 0.3])
+    assert evaluator.compute()["images"]["duplicate_updates"] == 1

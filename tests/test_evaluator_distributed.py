@@ -38,7 +38,7 @@ def test_ranks_synced_by_gloo_give_the_file_paths_results(tmp_path, demo_data, w
     results = [json.loads(Path(out).read_text()) for out in outputs]
     expected = json.loads(json.dumps(sgeval.evaluate(sgeval.make_config({
         "gt": str(demo_data / "psg.json"), "gt_seg": str(demo_data / "panoptic"), "pred": str(demo_data / "pred.zip"),
-        "protocols": list(sgeval.PROTOCOLS)}))))
+        "protocols": list(sgeval.RECALL_PROTOCOLS)}))))
     n_images = expected["images"]["evaluated"] - expected["images"]["missing_predictions"]
     assert all(result == results[0] for result in results)
     assert results[0]["images"]["duplicate_updates"] == -n_images % world

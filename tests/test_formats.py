@@ -109,3 +109,35 @@ def test_directory_writer_round_trip(tmp_path):
     with pytest.raises(ValueError, match="holds no masks"):
         sgeval.write_predictions(tmp_path / "x.json", images)
     assert values  # the GT written by format_case() is unaffected
+
+
+def test_row_scores_round_trip_and_do_not_move_the_recall_protocols(tmp_path):
+    """write_predictions writes triplet_scores / ng_triplet_scores as given (float64 exactly);
+    the reader gives them back (without ng_triplets the ng list's scores are the triplets'); the
+    recall protocols read the rows as written, scores or not."""
+    values = format_case(tmp_path, mode="box")
+    plain = sgeval.evaluate(sgeval.make_config(values))
+    scores = {}
+
+    def add_scores(data):
+        for record in data["images"]:
+            for field, rows in (("triplet_scores", "triplets"), ("ng_triplet_scores", "ng_triplets")):
+                if record.get(rows) is not None:
+                    record[field] = [0.1 + 1 / 3 * i for i in range(len(record[rows]))]
+            scores[str(record["id"])] = record["triplet_scores"], record.get("ng_triplet_scores")
+
+    rewrite_json(values["pred"], add_scores)
+    _, records = sgeval.read_predictions(values["pred"], 5, 4, "box")
+    for image_id, pred in records.items():
+        mine, ng = scores[image_id]
+        assert pred.triplet_scores.tolist() == mine
+        assert pred.ng_triplet_scores.tolist() == (mine if ng is None else ng)
+    out = sgeval.write_predictions(tmp_path / "again.json", [
+        {"id": p.image_id, "instances": [{"category": int(c), "bbox": b.tolist()} for c, b in zip(p.categories, p.boxes)],
+         "triplets": p.triplets, "triplet_scores": p.triplet_scores} for p in records.values()])
+    _, again = sgeval.read_predictions(out, 5, 4, "box")
+    assert all(again[i].triplet_scores.tolist() == scores[i][0] for i in scores)
+    assert sgeval.evaluate(sgeval.make_config(values))["metrics"] == plain["metrics"]
+    with pytest.raises(ValueError, match="image x: field 'triplet_scores' holds NaN or inf"):
+        sgeval.write_predictions(tmp_path / "bad.json", [{"id": "x", "instances": [], "triplets": [],
+                                                          "triplet_scores": [float("nan")]}])

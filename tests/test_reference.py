@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 from conftest import confusion_cells, sgeval, synth
-from reference import reference_evaluate
+from reference import reference_evaluate, reference_oi
 
 KS = ("1", "5", "20", "x0.5", "x1", "x3")
 IMR_KS = ("1", "2", "5")
@@ -45,10 +45,10 @@ def test_matches_reference(tmp_path, seed, with_masks):
     mode = "mask" if with_masks else "box"
     tau, confusion_k = (0.5, 0.0, 1.0)[seed % 3], ("5", "x1", "20")[seed % 3]
     for absent, aggregation in (("skip", "per_image"), ("zero", "pooled")):
-        config = sgeval.make_config({**values, "protocols": sgeval.PROTOCOLS, "absent_predicates": absent,
+        config = sgeval.make_config({**values, "protocols": sgeval.RECALL_PROTOCOLS, "absent_predicates": absent,
                                      "aggregation": aggregation, "wimr_tau": tau, "confusion_k": confusion_k})
         fast = sgeval.evaluate(config)
-        for protocol in sgeval.PROTOCOLS:
+        for protocol in sgeval.RECALL_PROTOCOLS:
             where = f"seed {seed} {mode} {protocol} absent={absent} {aggregation}"
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol,
                                       absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation,
@@ -68,14 +68,14 @@ def test_matches_reference(tmp_path, seed, with_masks):
 def test_random_cases_are_not_trivial(tmp_path):
     """The random data must exercise what the comparison is meant to catch."""
     dataset, predictions, values = random_case(tmp_path, 0, True)
-    result = sgeval.evaluate(sgeval.make_config({**values, "protocols": sgeval.PROTOCOLS}))
+    result = sgeval.evaluate(sgeval.make_config({**values, "protocols": sgeval.RECALL_PROTOCOLS}))
     by_protocol = {name: v["metrics"] for name, v in result["by_protocol"].items()}
     m = by_protocol["unique"]
     assert 0 < m["R@20"] < m["ngR@20"] < 1 and 0 < m["InstR"] < 1 and m["PRank"] > 0
     assert m["R@1"] < m["R@20"] and 0 < m["zR@20"] != m["R@20"] and 0 < m["IMR@1"] < m["IMR@5"]
-    assert len({v["R@20"] for v in by_protocol.values()}) == len(sgeval.PROTOCOLS)  # the protocols differ
+    assert len({v["R@20"] for v in by_protocol.values()}) == len(sgeval.RECALL_PROTOCOLS)  # the protocols differ
     assert 0 < result["by_protocol"]["openpsg"]["images_left_out"] < result["images"]["evaluated"]
-    for protocol in sgeval.PROTOCOLS:  # hits, other predicates on a found pair, and pairs not found
+    for protocol in sgeval.RECALL_PROTOCOLS:  # hits, other predicates on a found pair, and pairs not found
         cells = confusion_cells(result["by_protocol"][protocol]["predicate_confusion"])
         assert {"hit", "other", "none"} == {"hit" if p == g else "none" if p is None else "other" for g, p in cells}
     images = result["images"]
@@ -96,3 +96,41 @@ def test_audit_off_skips_work_not_results(tmp_path, with_masks):
     assert quick["protocol_audit"] is None and full["protocol_audit"]["duplicate_instances"] > 0
     assert quick["by_protocol"] == full["by_protocol"]
     assert "protocol audit" not in sgeval.format_table(quick)
+
+
+def with_row_scores(rng, predictions):
+    """Row scores for the oi protocol: a few repeated values (ties across and within images), some
+    at or below its 1e-5 cut, the rest random; every list gets its own."""
+    pool = np.array([0.9, 0.5, 0.5, 0.25, 1e-5, 0.0])
+    for record in predictions:
+        for field, rows in (("triplet_scores", "triplets"), ("ng_triplet_scores", "ng_triplets")):
+            if record.get(rows) is not None:
+                n = len(record[rows])
+                draw = np.where(rng.random(n) < 0.4, pool[rng.integers(len(pool), size=n)], rng.random(n))
+                record[field] = draw.tolist()
+    return predictions
+
+
+@pytest.mark.parametrize("task", ["sgdet", "predcls"])
+@pytest.mark.parametrize("seed", range(6))
+def test_oi_matches_reference(tmp_path, seed, task):
+    rng = np.random.default_rng(100 + seed)
+    dataset = synth.make_dataset(rng, n_images=40, height=int(rng.integers(10, 40)), width=int(rng.integers(10, 40)),
+                                 n_things=3, n_stuff=2, n_predicates=6)
+    predictions = with_row_scores(rng, synth.simulate_predictions(rng, dataset, with_masks=False, p_missing=0.1,
+                                                                  p_empty=0.1))
+    gt = synth.write_gt(dataset, tmp_path / "gt")
+    pred = sgeval.write_predictions(tmp_path / "pred.json", predictions)
+    ks = ("1", "5", "20", "x1")
+    fast = sgeval.evaluate(sgeval.make_config({"gt": str(gt), "pred": str(pred), "k": list(ks), "protocol": "oi",
+                                               "protocols": ["oi", "sgb"], "task": task}))
+    slow = reference_oi(dataset, predictions, ks, task=task)
+    where = f"seed {seed} {task}"
+    oi = fast["by_protocol"]["oi"]
+    assert_close({key: oi["metrics"][key] for key in slow["metrics"]}, slow["metrics"], where)
+    for key, values in slow["per_predicate"].items():
+        assert_close(oi["per_predicate"][key], values, f"{where} {key}")
+    sgb = reference_evaluate(dataset, predictions, mode="box", ks=ks, protocol="sgb", task=task)
+    assert_close({key: oi["metrics"][key] for key in oi["metrics"] if key.startswith("mR@")},
+                 {f"mR@{k}": sgb["metrics"][f"mR@{k}"] for k in ks}, where)
+    assert 0 < oi["metrics"]["mAP_rel"] < 1 and oi["metrics"]["R@1"] < oi["metrics"]["R@20"], where

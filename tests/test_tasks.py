@@ -64,7 +64,7 @@ def test_predcls_matches_with_the_gt_instances_whatever_was_stored(tmp_path):
 
 def test_predcls_with_another_instance_count_is_evaluated_as_stored_and_reported(tmp_path):
     values = one_image_case(tmp_path, [0, 1, 2], BOXES[:3], [[0, 1, 0]])
-    result = sgeval.evaluate({**values, "task": "predcls", "protocols": list(sgeval.PROTOCOLS)})
+    result = sgeval.evaluate({**values, "task": "predcls", "protocols": list(sgeval.RECALL_PROTOCOLS)})
     assert result["task_check"]["instance_count_differs"] == {
         "images": 1, "meaning": "instance count differs from the GT's", "examples": ["0"]}
     assert result["metrics"]["R@50"] == 0.5
@@ -83,7 +83,7 @@ def test_a_at_k_takes_the_first_k_rows_on_gt_pairs(tmp_path):
     # rows: two off GT pairs first, then (0, 1) with the wrong and the right predicate, then (2, 3, 1)
     rows = [[0, 2, 0], [1, 3, 1], [0, 1, 2], [0, 1, 0], [2, 3, 1]]
     values = one_image_case(tmp_path, [0, 1, 2, 0], BOXES, rows)
-    for protocol in sgeval.PROTOCOLS:
+    for protocol in sgeval.RECALL_PROTOCOLS:
         metrics = sgeval.evaluate({**values, "task": "predcls", "protocol": protocol})["metrics"]
         assert (metrics["R@1"], metrics["R@2"]) == (0, 0), protocol
         graph_constraint = protocol in ("unique", "singlempo")  # (0, 1, 0) repeats the pair of (0, 1, 2)
@@ -237,9 +237,9 @@ def test_tasks_match_the_reference(tmp_path, seed, task, with_masks):
     groups_file.write_text(json.dumps({name: [dataset["predicate_classes"][p] for p in members]
                                        for name, members in groups.items()}))
     for absent, aggregation in (("skip", "per_image"), ("zero", "pooled")):
-        fast = sgeval.evaluate({**values, "protocols": list(sgeval.PROTOCOLS), "task": task, "absent_predicates": absent,
+        fast = sgeval.evaluate({**values, "protocols": list(sgeval.RECALL_PROTOCOLS), "task": task, "absent_predicates": absent,
                                 "aggregation": aggregation, "predicate_groups": str(groups_file)})
-        for protocol in sgeval.PROTOCOLS:
+        for protocol in sgeval.RECALL_PROTOCOLS:
             where = f"seed {seed} {mode} {task} {protocol} absent={absent} {aggregation}"
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol, task=task,
                                       absent_predicates=absent, aggregation=aggregation, groups=groups, f1=True)

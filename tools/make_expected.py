@@ -27,7 +27,7 @@ def demo_results(out, workers=1):
     gt, pred = make_demo.make_demo(out)
     results = {}
     for mode in ("mask", "box"):
-        values = {"gt": str(gt), "pred": str(pred), "protocols": list(sgeval.PROTOCOLS), "workers": workers,
+        values = {"gt": str(gt), "pred": str(pred), "protocols": list(sgeval.RECALL_PROTOCOLS), "workers": workers,
                   "k": ["20", "50", "100", "x1", "x10"]}
         if mode == "mask":
             values["gt_seg"] = str(Path(out) / "panoptic")
