@@ -1038,7 +1038,7 @@ def validate(path, gt, mode="mask"):
 
 
 def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings=None, workers=1,
-                raw_input=None, mode="mask", provenance=None, writer=None):
+                raw_input=None, mode="mask", provenance=None):
     """Convert a raw output (a pickle, or a directory of per-image npz or pickle files) into the
     prediction ZIP ``out``, streaming: memory holds a few images' results whatever the raw size.
 
@@ -1046,8 +1046,7 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
     workers: processes that convert images and encode their masks (the output is the same for any
     number). raw_input: the RawInput of another reader (default open_raw(raw)); mode: "mask", or
     "box" for records without masks (validated in box mode); provenance: entries that replace or
-    add to those recorded in convert.json; writer: the function that writes the records (default
-    sgeval.write_predictions; same arguments). Every problem of the pass is collected; on any problem
+    add to those recorded in convert.json. Every problem of the pass is collected; on any problem
     nothing is written (a partial output is removed). Returns a summary (the summed notes, plus the
     output path and the seconds taken)."""
     start = time.time()
@@ -1101,9 +1100,8 @@ def convert_all(raw, out, gt, image_fn, family, options, progress=None, settings
     partial = f"{out}.partial"
     Path(partial).parent.mkdir(parents=True, exist_ok=True)
     try:
-        write = writer or sgeval.write_predictions
-        write(partial, records(), kind="zip",
-              extra_members={PROVENANCE: (json.dumps(provenance, indent=1) + "\n").encode()})
+        sgeval.write_predictions(partial, records(), kind="zip",
+                                 extra_members={PROVENANCE: (json.dumps(provenance, indent=1) + "\n").encode()})
         if problems:
             raise ConvertError(problems)
         validate(partial, truth, mode)
