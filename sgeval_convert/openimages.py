@@ -79,9 +79,10 @@ checked against it, as for ``sgb`` (sgb.py). Per image:
   (``np.argsort(-scores.ravel())``, misc.py:61-68) and cut to the first ``TOP_K`` = 100
   (oi_eval.py:211); then those with score > ``MIN_SCORE`` = 0.00001 kept, in that order
   (oi_eval.py:225). Row [subject, object, predicate] with predicate = the column index after
-  dropping background; its score is written as the float32 value. numpy's default argsort is
-  not stable: where scores are exactly equal, the order is numpy's, as in PySGG with the same
-  numpy.
+  dropping background; its score is written as the float32 value (``ng_triplet_scores``, which
+  sgeval's ``oi`` protocol ranks by, keeping the written order among equal scores). numpy's
+  default argsort is not stable: where scores are exactly equal, the order is numpy's, as in
+  PySGG with the same numpy. ``triplets`` get no scores.
 * An image without relation rows (``rel_pair_idxs`` empty or None, ``pred_rel_scores`` then empty
   or None) gets its instances and no rows.
 * ``--task`` as for ``sgb`` (``auto`` guesses from the first prediction's fields). It decides nothing
@@ -92,14 +93,9 @@ checked against it, as for ``sgb`` (sgb.py). Per image:
 from __future__ import annotations
 
 import collections
-import inspect
-import io
-import json
 import math
 import os
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import click
@@ -327,11 +323,6 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
     return arrays, ng_scores, notes
 
 
-def _update_takes_scores():
-    """Whether this sgeval's Evaluator.update takes ng_triplet_scores (the format's score fields)."""
-    return "ng_triplet_scores" in inspect.signature(sgeval.Evaluator.update).parameters
-
-
 def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", groundtruth=None):
     """One PySGG Open Images prediction BoxList -> the keyword arguments of
     ``sgeval.Evaluator.update`` for its image: the arrays ``convert`` writes for it (the same rules,
@@ -346,8 +337,8 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
 
     Returns {"labels": (P,) int64, "triplets": (N, 3) int64 (the graph-constrained list),
     "ng_triplets": (M, 3) int64 (the Open Images list), "masks": None, "boxes": (P, 4) float64,
-    "scores": (P,) float64}, and "ng_triplet_scores": (M,) float64 (the float32 values) when this
-    sgeval's Evaluator.update takes it. Raises common.ConvertError naming the image and the field.
+    "scores": (P,) float64, "ng_triplet_scores": (M,) float64 (the float32 values)}. Raises
+    common.ConvertError naming the image and the field.
     """
     if task not in TASKS:
         raise ConvertError([f"task '{task}' is not one of {', '.join(TASKS)}"])
@@ -356,9 +347,7 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
     groundtruth = None if groundtruth is None else sgb.as_boxlist(groundtruth, where, "groundtruth")
     chosen = sgb.guess_task(prediction) if task == "auto" else task
     arrays, ng_scores, _ = prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predicates, chosen)
-    if _update_takes_scores():
-        arrays["ng_triplet_scores"] = np.asarray(ng_scores, np.float64)
-    return arrays
+    return {**arrays, "ng_triplet_scores": np.asarray(ng_scores, np.float64)}
 
 
 def convert_image(result, image, where, n_objects, n_predicates, options, task):
@@ -373,32 +362,6 @@ def convert_image(result, image, where, n_objects, n_predicates, options, task):
 # ---------------------------------------------------------------------------------------------
 # Predictions: the file
 # ---------------------------------------------------------------------------------------------
-
-
-def write_scored(path, images, extra_members=None, kind="zip"):
-    """sgeval.write_predictions for box-mode records that carry ``ng_triplet_scores`` (written after
-    ``ng_triplets``): the same ZIP layout (triplets.json, then extra_members, deflated, dated
-    1980-01-01). Used until sgeval's writer writes the score fields itself."""
-    with tempfile.TemporaryFile() as spool, zipfile.ZipFile(path, "w") as archive:
-        spool.write(b'{"version": 1, "images": [')
-        for index, image in enumerate(images):
-            if image.get("tiff") is not None or image.get("masks") is not None:
-                raise ValueError("write_scored writes box-mode records only")
-            record = {"id": image["id"], "instances": image["instances"],
-                      "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist(),
-                      "ng_triplets": np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist(),
-                      "ng_triplet_scores": [float(score) for score in image["ng_triplet_scores"]]}
-            spool.write((", " * bool(index) + json.dumps(record)).encode())
-        spool.write(b"]}")
-        for name, data in {"triplets.json": spool, **(extra_members or {})}.items():
-            data = io.BytesIO(data) if isinstance(data, bytes) else data
-            info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
-            info.compress_type, info.file_size = zipfile.ZIP_DEFLATED, data.seek(0, os.SEEK_END)
-            data.seek(0)
-            with archive.open(info, "w") as target:
-                while chunk := data.read(1 << 20):
-                    target.write(chunk)
-    return path
 
 
 def convert(raw, out, gt, task="auto", progress=None, workers=1):
@@ -417,7 +380,7 @@ def convert(raw, out, gt, task="auto", progress=None, workers=1):
         return convert_image(result, image, where, n_objects, n_predicates, options, chosen)
 
     summary = common.convert_all(raw, out, gt, image_fn, FAMILY, common.Options(), progress, workers=workers,
-                                 raw_input=raw_input, mode="box", writer=write_scored, provenance={
+                                 raw_input=raw_input, mode="box", provenance={
                                      "options": {"task": task}, "task": chosen,
                                      "ng_triplets": f"PySGG's Open Images list: top {PRD_K} predicates per pair, "
                                                     f"first {TOP_K}, score > {MIN_SCORE}"})

@@ -451,11 +451,11 @@ def test_image_arrays_are_what_the_file_converter_writes(tmp_path, gt):
     source, read = sgeval.read_predictions(str(tmp_path / "out.zip"), len(OBJECTS), len(PREDICATES), "box")
     records = written_records(tmp_path / "out.zip")
     for (image_id, arrays), image in zip(live_updates(gt, preds), truth.images):
-        scores = arrays.pop("ng_triplet_scores", None)
+        scores = arrays.pop("ng_triplet_scores")
         assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"}
         assert_arrays_written(arrays, read[image_id], source, image)
-        if scores is not None:  # an sgeval whose Evaluator.update takes them
-            assert scores.tolist() == records[image_id]["ng_triplet_scores"]
+        assert scores.dtype == np.float64 and scores.tolist() == records[image_id]["ng_triplet_scores"]
+        assert np.array_equal(scores, read[image_id].ng_triplet_scores) and read[image_id].triplet_scores is None
     source.close()
     with pytest.raises(common.ConvertError, match="^image a1: prediction is a list, not a BoxList"):
         openimages.image_arrays([], truth.images[0], len(OBJECTS), len(PREDICATES))
@@ -464,13 +464,17 @@ def test_image_arrays_are_what_the_file_converter_writes(tmp_path, gt):
 @pytest.mark.parametrize("task", ["predcls", "sgcls", "sgdet"])
 def test_round_trip_gt_predictions_and_an_evaluator(tmp_path, gt, task):
     """GT converted, predictions converted, evaluated by sgeval: the file and an Evaluator updated by
-    image_arrays give the same results. a1's rows miss its GT (has / on swapped), b2's row hits."""
+    image_arrays give the same results. Graph-constrained (sgb): a1's rows miss its GT (has / on
+    swapped), b2's row hits. The Open Images list (oi): a1's GT rows are hit by its 5th and 6th
+    rows (the 5th hits the repeated GT row twice), b2's by its first."""
     openimages.convert(write_results(tmp_path / "r.pytorch"), tmp_path / "out.zip", str(gt), task=task)
-    config = {"gt": str(gt), "task": task, "protocol": "sgb", "protocols": ["unique", "singlempo"],
-              "k": ["1", "2", "20"], "absent_predicates": "zero"}
+    config = {"gt": str(gt), "task": task, "protocol": "sgb", "protocols": ["unique", "singlempo", "oi"],
+              "k": ["1", "4", "5", "6", "20"], "absent_predicates": "zero"}
     from_file = sgeval.evaluate(sgeval.make_config({**config, "pred": str(tmp_path / "out.zip")}))
     assert_same_results(evaluate_updates(config, live_updates(gt, predictions())), from_file)
     assert from_file["metrics"]["R@20"] == 0.5 and from_file["images"]["evaluated"] == 2
+    recall = from_file["by_protocol"]["oi"]["metrics"]
+    assert [recall[f"R@{k}"] for k in (1, 4, 5, 6)] == pytest.approx([0.25, 0.25, 0.75, 1], abs=1e-9)
 
 
 def test_cli_gt_and_predictions(tmp_path):
