@@ -411,6 +411,13 @@ def test_scores_without_rows_and_another_gt_are_errors(tmp_path, gt):
         openimages.convert(write_results(tmp_path / "r.pytorch", gts=gts), tmp_path / "out.zip", str(gt))
 
 
+def test_two_workers_write_the_same_bytes(tmp_path, gt):
+    raw = write_results(tmp_path / "r.pytorch")
+    openimages.convert(raw, tmp_path / "one.zip", str(gt))
+    openimages.convert(raw, tmp_path / "two.zip", str(gt), workers=2)
+    assert (tmp_path / "one.zip").read_bytes() == (tmp_path / "two.zip").read_bytes()
+
+
 def test_task_is_guessed_recorded_and_changes_no_row(tmp_path, gt):
     raw = write_results(tmp_path / "r.pytorch")
     openimages.convert(raw, tmp_path / "auto.zip", str(gt))
