@@ -4,8 +4,9 @@
     sgeval convert FAMILY --help                  # its options
     sgeval convert --config configs/hilo.yaml     # the raw output a config's conversion recipe names, when needed
 
-Each family is the ``main`` command of the module of that name, imported when it is named (or when
-``--help`` lists the families). ``--config`` and its options are recipe.py's.
+Each family is the ``main`` command of the module of that name (``openimages-gt``: ``gt_main`` of
+openimages.py; ``COMMANDS``), imported when it is named (or when ``--help`` lists the families).
+``--config`` and its options are recipe.py's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import sgeval
 from . import common, recipe
 
 # The families in the order --help lists them: prediction converters, then the dataset converters.
-FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "vg150", "gqa200", "zeroshot")
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "vg150", "gqa200", "openimages-gt", "zeroshot")
+# family -> (module of this package, its click command); the others are module <family>, command main
+COMMANDS = {"openimages-gt": ("openimages", "gt_main")}
+
+
+def module_of(family):
+    """(module name, command name) of a family."""
+    return COMMANDS.get(family, (family, "main"))
 
 
 class _Families(click.Group):
@@ -30,7 +38,10 @@ class _Families(click.Group):
         return list(FAMILIES)
 
     def get_command(self, ctx, name):
-        return importlib.import_module(f".{name}", __package__).main if name in FAMILIES else None
+        if name not in FAMILIES:
+            return None
+        module, command = module_of(name)
+        return getattr(importlib.import_module(f".{module}", __package__), command)
 
     def resolve_command(self, ctx, args):
         if args and args[0] not in FAMILIES:
@@ -66,8 +77,8 @@ RECIPE_OPTIONS = {"recipe_path": "--recipe", "raw": "--raw", "gt": "--gt", "pred
 @click.option("--quiet", is_flag=True, help="With --config: no progress bar.")
 @click.pass_context
 def main(ctx, config_path, recipe_path, raw, gt, pred, force, workers, quiet):
-    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb), or a
-    dataset's files to sgeval's GT JSON or zero-shot list (vg150, gqa200, zeroshot).
+    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb, openimages),
+    or a dataset's files to sgeval's GT JSON or zero-shot list (vg150, gqa200, openimages-gt, zeroshot).
 
     With --config instead of a family: convert the raw output named by a config's conversion recipe,
     when the config's pred is missing or stale.

@@ -9,9 +9,10 @@ The config is a plain sgeval config: ``pred`` is the converted file, ``gt`` the 
 with ``sgeval.load_config``, so ``--gt`` and ``--pred`` override them as they do for sgeval). How to
 make ``pred`` is the config's conversion recipe, a YAML file of its own: by default
 ``convert/<config name>.yaml`` in the config's folder (configs/hilo.yaml -> configs/convert/hilo.yaml),
-or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet, sgb) and the ``raw`` output,
-plus any option of that family's ``convert`` function (``ng_top``, ``ng_per_predicate``;
-openpsg, hilo and pairnet ``predicate_source``; openpsg also ``layout``; sgb ``task``)::
+or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet, sgb, openimages) and the
+``raw`` output, plus any option of that family's ``convert`` function (``ng_top``,
+``ng_per_predicate``; openpsg, hilo and pairnet ``predicate_source``; openpsg also ``layout``; sgb
+and openimages ``task``; openimages has no other)::
 
     family: hilo
     raw: results/hilo.pkl
@@ -37,7 +38,7 @@ import yaml
 import sgeval
 from . import common
 
-FAMILIES = ("openpsg", "hilo", "pairnet", "sgb")  # the modules of this package a recipe can name
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages")  # the modules of this package a recipe can name
 NOT_OPTIONS = ("raw", "out", "gt", "progress", "workers")  # convert() parameters that do not change the output
 RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 

@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 from conftest import ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval, synth
 
-from sgeval_convert import common, hilo, openpsg, pairnet
+from sgeval_convert import cli, common, hilo, openpsg, pairnet
 from sgeval_convert import recipe as convert_recipe
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
@@ -848,12 +848,11 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     assert not (tmp_path / "out2.zip").exists()
 
 
-CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "vg150", "gqa200", "zeroshot")
+CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "vg150", "gqa200", "openimages-gt", "zeroshot")
+MODULES = sorted({cli.module_of(family)[0] for family in CONVERTERS})  # openimages-gt: openimages.gt_main
 
 
 def test_sgeval_convert_lists_every_family_and_runs_it(tmp_path, standins, gt_case):
-    from sgeval_convert import cli
-
     assert cli.FAMILIES == CONVERTERS
     listing = CliRunner().invoke(cli.main, ["--help"], prog_name="sgeval convert")
     assert listing.exit_code == 0, listing.output
@@ -863,8 +862,9 @@ def test_sgeval_convert_lists_every_family_and_runs_it(tmp_path, standins, gt_ca
     for family in CONVERTERS:  # each family's own options, under its name
         shown = CliRunner().invoke(cli.main, [family, "--help"], prog_name="sgeval convert")
         assert shown.exit_code == 0 and shown.output.startswith(f"Usage: sgeval convert {family} [OPTIONS]")
-        assert shown.output == CliRunner().invoke(importlib.import_module(f"sgeval_convert.{family}").main, ["--help"],
-                                                  prog_name=f"sgeval convert {family}").output
+        module, command = cli.module_of(family)
+        assert shown.output == CliRunner().invoke(getattr(importlib.import_module(f"sgeval_convert.{module}"), command),
+                                                  ["--help"], prog_name=f"sgeval convert {family}").output
     for args, words in [(["bogus"], "no family 'bogus'; the families are openpsg, hilo,"),
                         (["--quiet", "hilo"], "--quiet cannot go with a family"), (["--quiet"], "name a family, or")]:
         refused = CliRunner().invoke(cli.main, args)
@@ -883,7 +883,7 @@ def test_convert_folder_only_runs_the_package(tmp_path):
     the file where sgeval_convert is importable), says in one line how to run it where it is not,
     and is never a second copy of the converter's module; python -m convert runs sgeval convert."""
     entry = (ROOT / "convert" / "hilo.py").read_text()
-    for family in CONVERTERS:  # the same file, with its own name
+    for family in MODULES:  # the same file, with its own name
         assert (ROOT / "convert" / f"{family}.py").read_text() == entry.replace("hilo", family)
         with pytest.raises(ImportError, match=f"^convert.{family} only runs the converter; import "
                                               f"sgeval_convert.{family} instead$"):
@@ -997,8 +997,8 @@ def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
 
 def test_every_recipe_belongs_to_a_config():
     recipes = sorted(path.stem for path in (ROOT / "configs" / "convert").glob("*.yaml"))
-    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "pairnet", "psgformer", "psgtr", "vctree",
-                       "vg150-motifs-predcls"]
+    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "oiv6-bgnn-predcls", "pairnet", "psgformer", "psgtr",
+                       "vctree", "vg150-motifs-predcls"]
     assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
 
 

@@ -99,7 +99,7 @@ def test_the_wheel_holds_the_modules_and_no_checkout_folder(installed):
         names = archive.namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"sgeval.py", "sgeval_report.py", "sgeval_plots.py", "sgeval_convert", "sgeval_serve"}
-    assert {f"sgeval_convert/{family}.py" for family in cli.FAMILIES} <= set(names)
+    assert {f"sgeval_convert/{cli.module_of(family)[0]}.py" for family in cli.FAMILIES} <= set(names)
     assert "sgeval_convert/README.md" in names and "sgeval_serve/templates/base.html" in names
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(wheel) as archive:
