@@ -9,6 +9,9 @@
 #   make figures            regenerate the README's table and figure (docs/) from the demo
 #   make demo-vg            the Visual Genome path on generated VG150-layout files (demo/vg): the converters
 #                           vg150, zeroshot and sgb (PredCls), then configs/vg150-demo.yaml
+#   make demo-oi            the Open Images path on generated PySGG-layout files (demo/oi): the converters
+#                           openimages-gt and openimages, then configs/oiv6-demo.yaml (protocol oi beside sgb and
+#                           the fair protocols)
 #   make test               run the test suite (with the service's browser tests in headless chromium)
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
 #                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
@@ -49,7 +52,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb clean distclean
 
 setup: $(STAMP) browser
 
@@ -113,6 +116,10 @@ serve: demo-data
 demo-vg: $(STAMP)
 	rm -rf demo/vg && $(PY) -m tools.make_vg_demo --out demo/vg
 	$(PY) sgeval.py --config configs/vg150-demo.yaml
+
+demo-oi: $(STAMP)
+	rm -rf demo/oi && $(PY) -m tools.make_oi_demo --out demo/oi
+	$(PY) sgeval.py --config configs/oiv6-demo.yaml
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q tests
@@ -181,7 +188,7 @@ check-sgb: $(STAMP)
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 clean:
-	rm -rf $(DEMO) serve-state demo/vg demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
+	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
 	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 

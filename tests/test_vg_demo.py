@@ -22,8 +22,8 @@ def demo(tmp_path_factory):
     return paths, config, sgeval.evaluate(config)
 
 
-def reference_inputs(paths):
-    """The converted GT and predictions in the reference's in-memory form."""
+def reference_inputs(paths, zeroshot=True):
+    """The converted GT and predictions in the reference's in-memory form (and the zero-shot list)."""
     gt = json.loads(paths["gt"].read_text())
     test_ids = {str(i) for i in gt["test_image_ids"]}
     images = [{"image_id": str(e["image_id"]), "height": e["height"], "width": e["width"],
@@ -34,7 +34,7 @@ def reference_inputs(paths):
                "predicate_classes": gt["predicate_classes"], "images": images}
     with zipfile.ZipFile(paths["pred"]) as archive:
         predictions = json.loads(archive.read("triplets.json"))["images"]
-    zeroshot = [tuple(row) for row in json.loads(paths["zeroshot"].read_text())]
+    zeroshot = [tuple(row) for row in json.loads(paths["zeroshot"].read_text())] if zeroshot else None
     return dataset, predictions, zeroshot
 
 
