@@ -849,7 +849,7 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
 
 
 CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "vg150", "gqa200", "openimages-gt", "zeroshot")
-MODULES = sorted({cli.module_of(family)[0] for family in CONVERTERS})  # openimages-gt: openimages.gt_main
+CONVERTER_MODULES = sorted({cli.module_of(family)[0] for family in CONVERTERS})  # openimages-gt: openimages.gt_main
 
 
 def test_sgeval_convert_lists_every_family_and_runs_it(tmp_path, standins, gt_case):
@@ -883,7 +883,7 @@ def test_convert_folder_only_runs_the_package(tmp_path):
     the file where sgeval_convert is importable), says in one line how to run it where it is not,
     and is never a second copy of the converter's module; python -m convert runs sgeval convert."""
     entry = (ROOT / "convert" / "hilo.py").read_text()
-    for family in MODULES:  # the same file, with its own name
+    for family in CONVERTER_MODULES:  # the same file, with its own name
         assert (ROOT / "convert" / f"{family}.py").read_text() == entry.replace("hilo", family)
         with pytest.raises(ImportError, match=f"^convert.{family} only runs the converter; import "
                                               f"sgeval_convert.{family} instead$"):
@@ -959,8 +959,8 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
         return error.value.problems
 
     assert problem("family: hola\nraw: x.pkl\n") == [
-        f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, not 'hola'"]
-    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, not None"]
+        f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, not 'hola'"]
+    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, not None"]
     assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
     assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
         f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
@@ -987,7 +987,7 @@ def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
     recipe = ROOT / "configs" / "convert" / config.name
     found = convert_recipe.plan(str(config))
     if not recipe.exists():
-        assert config.stem in ("demo", "psg", "vg150", "gqa200", "vg150-demo") and found is None
+        assert config.stem in ("demo", "psg", "vg150", "gqa200", "vg150-demo", "oiv6", "oiv6-demo") and found is None
         return
     values = yaml.safe_load(recipe.read_text())
     assert set(values) - {"task"} == {"family", "raw"} and (found.family, found.raw) == (values["family"], values["raw"])
