@@ -26,7 +26,7 @@ BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt
 RESERVED_EVALUATION_KEYS = ("gt", "gt_seg", "train_gt", "pred", "protocol", "protocols", "task", "output",
                             "per_image", "workers", "model", "per_predicate")
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-METRIC_KEY = re.compile(r"([A-Za-z]+)@([0-9]+|x[0-9.eE+-]+|inf)|InstR|PRank")
+METRIC_KEY = re.compile(r"([A-Za-z]+)@([0-9]+|x[0-9.eE+-]+|inf)|InstR|PRank|" + "|".join(sgeval.OI_SCALARS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,10 +128,13 @@ def _path(base, value):
 
 
 def metric_family(key):
-    """The sgeval metric family of a result key (R@50 -> R, mR@inf -> Rinf), or None."""
+    """The sgeval metric family of a result key (R@50 -> R, mR@inf -> Rinf; the oi protocol's own
+    keys, imgR@50, wmAP_rel, score_wtd, ...: oi), or None."""
     match = METRIC_KEY.fullmatch(key)
     if not match:
         return None
+    if key in sgeval.OI_SCALARS or match.group(1) == "imgR":
+        return "oi"
     if match.group(1) is None:
         return key
     family, k = match.groups()
@@ -145,7 +148,7 @@ def _metrics(values, where, problems):
         return ("R@50",)
     for key in metrics:
         family = metric_family(key)
-        if family not in sgeval.METRIC_FAMILIES:
+        if family not in (*sgeval.METRIC_FAMILIES, "oi"):
             problems.append(f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
     return tuple(dict.fromkeys(metrics))
 
@@ -174,7 +177,7 @@ def _evaluation(values, metrics, where, problems):
     problems += [f"{where}: evaluation key '{key}' is set by the service" for key in extra
                  if key in RESERVED_EVALUATION_KEYS]
     extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
-    families = {metric_family(key) for key in metrics} - {None}
+    families = {metric_family(key) for key in metrics} - {None, "oi"}  # oi's keys come with the protocol
     if "metrics" not in extra:
         extra["metrics"] = sorted(families)
     return extra

@@ -182,3 +182,15 @@ def test_per_image_lines_hold_the_oi_hits(tmp_path):
     lines = [json.loads(line) for line in open(tmp_path / "lines.jsonl")]
     assert [line["hits"]["oi"] for line in lines] == [{"gt_relations": 1, "R@1": 1, "R@50": 1, "R@200": 1},
                                                       {"gt_relations": 1, "R@1": 0, "R@50": 0, "R@200": 0}]
+
+
+def test_a_benchmark_of_the_service_may_rank_by_score_wtd():
+    from sgeval_serve import settings
+
+    assert [settings.metric_family(key) for key in ("score_wtd", "wmAP_phr", "imgR@50", "R@50", "mR@100")] == \
+        ["oi", "oi", "oi", "R", "mR"]
+    problems = []
+    extra = settings._evaluation({"evaluation": {"protocol": "oi"}}, ["score_wtd", "R@50", "Q@5"], "here", problems)
+    assert problems == [] and extra["metrics"] == ["R"]  # oi's own keys come with the protocol
+    settings._metrics({"metrics": ["score_wtd", "Q@5"]}, "here", problems)
+    assert problems == ["here: metric 'Q@5' is not a result key of sgeval (R@50, mR@100, PRank, ...)"]
