@@ -398,7 +398,10 @@ def prediction(rng, vocabulary, gt, task, zero_rows=False, tie_row=None):
         rows = np.flatnonzero((pairs[:, 0] == a) & (pairs[:, 1] == b))
         if len(rows):
             set_row(rng, scores, rows[0], p, value)
-    special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force, tie_row)
+    eval_boxes = input_boxes if boundary else resized(input_boxes, size, (width, height))
+    good = {i for i in range(n) if source[i] >= 0 and pred_labels[i] - 1 == gt_labels[source[i]] and
+            f32_iou(eval_boxes[i], gt_boxes[source[i]])[0, 0] >= 0.5}  # boxes that can hit their GT
+    special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force, tie_row, good)
     triple = scores[:, 1:].max(axis=1) * obj_scores[pairs[:, 0]] * obj_scores[pairs[:, 1]] if len(pairs) else \
         scores[:, 0]
     order = np.argsort(-triple, kind="stable")  # the post-processor's order (inference.py:139-148)
@@ -441,7 +444,7 @@ def rel_scores(rng, pairs, source, gt, vocabulary):
     return (scores / scores.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
-def special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force, tie_row):
+def special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force, tie_row, good):
     """Ties, scores at 1e-5, hits beyond the cut: rows of GT pairs set so (see CASES)."""
     if not len(pairs):
         return
@@ -451,6 +454,7 @@ def special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force,
     free = [r for r, (a, b) in enumerate(pairs) if (a, b) not in force and a != b]
     hit_rows = [r for r in free if (source[pairs[r, 0]], source[pairs[r, 1]]) in gt_rows]
     rng.shuffle(hit_rows)
+    hit_rows.sort(key=lambda r: pairs[r, 0] in good and pairs[r, 1] in good)  # take() pops the good ones first
     so = obj_scores[pairs[:, 0]] * obj_scores[pairs[:, 1]]
     used = set()
 
@@ -481,7 +485,7 @@ def special_rows(rng, scores, pairs, source, gt, obj_scores, task, count, force,
             set_row(rng, scores, rows[0], p, value)
         return  # no other ties here: this image is redrawn until PySGG's sort of all images keeps the tie stable
     for target in (FLOOR, ABOVE_FLOOR):  # a hit scored exactly at / just above the filter
-        if rng.random() < 0.5 and (found := take()):
+        if rng.random() < 0.6 and (found := take()):
             r, p = found
             v = factor_for(so[r], target)
             if v is not None:
@@ -561,7 +565,8 @@ def list_counts(gt, pred, task, count):
     count[f"{task}: OI list: hits by a row's 2nd predicate only (prd_k=2)"] += int(np.count_nonzero(
         hit & (ks == 1) & ~np.isin(rows, rows[(ks == 0) & hit])))
     count[f"{task}: OI list: hits at IoU exactly 0.5 (recall >= hit, AP > miss)"] += int(np.count_nonzero(best == 0.5))
-    count[f"{task}: OI list: tied scores within the first 100"] += int(np.count_nonzero(oi_scores[1:] == oi_scores[:-1]))
+    count[f"{task}: OI list: tied scores within the first 100"] += int(
+        np.count_nonzero(oi_scores[1:] == oi_scores[:-1]))
     if task == "sgdet":
         count["sgdet: OI list hits whose IoU is 0.5 in float32, not in float64"] += int(
             np.count_nonzero((best == 0.5) & (best_iou(rows, predicates, "f64") < 0.5)))
@@ -684,8 +689,11 @@ def generate(seed, n_images, out):
     for split, items in (("train", train), ("val", val), ("test", entries)):
         (out / f"vrd-{split}-anno.json").write_text(json.dumps(items) + "\n")
 
-    p_tie = int(vocabulary.present[0])
-    tie_rows = {i: (p_tie, hit, TIE_VALUES[i]) for i, hit in ((2, True), (3, False), (12, False), (13, True))}
+    tie_rows = {}  # predcls: image -> (predicate, hit, value); the predicate is one of the hit image's GT
+    for hit_image, miss_image in ((2, 3), (13, 12)):
+        p = int(gts[hit_image]["relations"][0, 2])
+        tie_rows[hit_image] = (p, True, TIE_VALUES[hit_image])
+        tie_rows[miss_image] = (p, False, TIE_VALUES[miss_image])
     for t, task in enumerate(TASKS):
         folder = out / "raw" / task
         folder.mkdir(parents=True, exist_ok=True)

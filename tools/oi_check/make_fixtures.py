@@ -150,7 +150,8 @@ def check_mutants(data, pysgg):
             with context(ns):
                 mutant = flat(oracle.numbers(oracle.run(data, task, dedup=dedup)))
             real = flat(pysgg[task])
-            changes += [f"{task} {key} {real[key]:.4f} -> {mutant[key]:.4f}" for key in real if mutant[key] != real[key]]
+            changes += [f"{task} {key} {real[key]:.4f} -> {mutant[key]:.4f}" for key in real
+                        if mutant[key] != real[key]]
         if must_change and not changes:
             sys.exit(f"{data}: the mutant '{name}' does not change PySGG's numbers")
         if name.startswith("stable sorts") and changes:
