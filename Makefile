@@ -41,6 +41,10 @@
 #                           the same for the sgb protocol: Scene-Graph-Benchmark.pytorch's own VG evaluation (pinned
 #                           commit) on generated data in sgdet, sgcls and predcls; rewrites tests/data/sgb/*.zip
 #                           (tools/sgb_check/README.md; not part of make test)
+#   make check-oi PYSGG=<path>
+#                           the same for PySGG's Open Images evaluation (pinned commit: oi_evaluation, its AP and
+#                           recall and the classic recall it prints) on generated OI data in sgdet, sgcls and
+#                           predcls; rewrites tests/data/oi/*.zip (tools/oi_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -52,7 +56,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi clean distclean
 
 setup: $(STAMP) browser
 
@@ -186,6 +190,15 @@ check-sgb: $(STAMP)
 	       "6f75881ad6076d3a1aee34e9bead2b3595631086, e.g. git clone https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch)" >&2; \
 	  exit 2; fi
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
+
+# PySGG's own Open Images evaluation as the oracle of the oi protocol (tools/oi_check/): its own venv and
+# PySGG's sources in tools/oi_check/build/; regenerates the fixtures of tests/test_oi_oracle.py.
+check-oi: $(STAMP)
+	@if [ -z "$(PYSGG)" ]; then \
+	  echo "usage: make check-oi PYSGG=<path>   (a PySGG git checkout or mirror holding commit" \
+	       "a63942a076932b3756a477cf8919c3b74cd36207, e.g. git clone https://github.com/SHTUPLUS/PySGG)" >&2; \
+	  exit 2; fi
+	PYSGG="$(PYSGG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/oi_check/run.sh
 
 clean:
 	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache

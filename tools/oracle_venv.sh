@@ -1,5 +1,5 @@
-# Shared by tools/openpsg_check/setup.sh and tools/sgb_check/setup.sh (sourced, POSIX sh): the checks
-# of the tool's git repository and the build venv. Expects ROOT, HERE, BUILD, PYTHON, TORCH and COMMIT.
+# Shared by tools/openpsg_check/setup.sh, tools/sgb_check/setup.sh and tools/oi_check/setup.sh (sourced, POSIX
+# sh): the checks of the tool's git repository and the build venv. Expects ROOT, HERE, BUILD, PYTHON, TORCH and COMMIT.
 
 # git_dir_at_commit <path> <tool name> <clone URL>: prints the git dir of <path>, which must hold $COMMIT.
 git_dir_at_commit() {
