@@ -2932,8 +2932,8 @@ def evaluate_image(task):
         for m in matchings:
             restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
             counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
-    if "oi" in counts:
-        counts["oi"].update(oi_counts(gt, pred, settings))
+    if "oi" in counts:  # PySGG scores its Open Images list with the stored boxes and labels, in every task
+        counts["oi"].update(oi_counts(gt, task.pred, settings))
     return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
 
 

@@ -934,10 +934,9 @@ def oi_list(prediction):
 
 
 def _oi_instances(image, prediction, task):
-    """(categories, boxes) the rows index: the prediction's, or the GT's in predcls (same count)."""
+    """(categories, boxes) the rows index: the prediction's as stored, in every task (PySGG's
+    adapt_results reads the predicted boxes and labels, also in PredCls)."""
     instances = prediction["instances"]
-    if task == "predcls" and len(instances) == len(image["categories"]):
-        return list(image["categories"]), list(image["boxes"])
     return [i["category"] for i in instances], [i["bbox"] for i in instances]
 
 
