@@ -221,7 +221,8 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   weighted by GT rows; ``score`` = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and ``score_wtd`` the
   same with the wmAPs (what PySGG returns and papers report). mR@k: the mean recall PySGG prints
   beside it, of ``triplets`` under ``sgb``'s rules (images without triplets left out of it). It
-  needs row scores (one error line when a record has rows without them). ``--compare-protocols``
+  needs row scores (one error line when a record has rows without them). It reads the stored
+  instances in every task (PySGG's Open Images pass scores the predicted boxes also in PredCls). ``--compare-protocols``
   adds the five recall protocols (it runs on any prediction; oi only when named).
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the

@@ -194,3 +194,12 @@ def test_a_benchmark_of_the_service_may_rank_by_score_wtd():
     assert problems == [] and extra["metrics"] == ["R"]  # oi's own keys come with the protocol
     settings._metrics({"metrics": ["score_wtd", "Q@5"]}, "here", problems)
     assert problems == ["here: metric 'Q@5' is not a result key of sgeval (R@50, mR@100, PRank, ...)"]
+
+
+def test_predcls_scores_the_stored_boxes(tmp_path):
+    """In PredCls the recall protocols put the GT's instances in place of the prediction's; PySGG's
+    Open Images pass reads the stored (resized) boxes (adapt_results, oi/__init__.py:96-111): a
+    stored subject box off the GT's misses under oi (with the GT's boxes it would hit)."""
+    values = write_oi_case(tmp_path, ONE_RELATION, {0: ([[50, 50, 59, 59], O], [0, 1], [[0, 1, 0]], [0.9])})
+    results = sgeval.evaluate(sgeval.make_config({**values, "task": "predcls", "protocols": ["sgb"]}))
+    assert results["metrics"]["R@1"] == 0.0 and results["by_protocol"]["sgb"]["metrics"]["R@20"] == 1.0
