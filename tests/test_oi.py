@@ -202,4 +202,4 @@ def test_predcls_scores_the_stored_boxes(tmp_path):
     stored subject box off the GT's misses under oi (with the GT's boxes it would hit)."""
     values = write_oi_case(tmp_path, ONE_RELATION, {0: ([[50, 50, 59, 59], O], [0, 1], [[0, 1, 0]], [0.9])})
     results = sgeval.evaluate(sgeval.make_config({**values, "task": "predcls", "protocols": ["sgb"]}))
-    assert results["metrics"]["R@1"] == 0.0 and results["by_protocol"]["sgb"]["metrics"]["R@20"] == 1.0
+    assert results["metrics"]["R@1"] == 0.0 and results["by_protocol"]["sgb"]["metrics"]["R@1"] == 1.0
