@@ -8,14 +8,14 @@ gt.json, sgeval's box-mode GT of PySGG's own get_groundtruth. They are written b
 PySGG's evaluation and what the data exercise).
 
 Checked, to 1e-9, for sgdet, sgcls and predcls:
-* the Open Images numbers (protocol "oi", once sgeval has it): R@1..100 and the per-image recall of
+* the Open Images numbers (protocol "oi"): R@1..100 and the per-image recall of
   eval_rel_results, AP_rel and AP_phr per predicate, mAP_rel, wmAP_rel, mAP_phr, wmAP_phr, score
   (final_score) and score_wtd (w_final_score, the one oi_evaluation returns), and the classic mR@K
   PySGG prints beside them (absent_predicates "zero": PySGG divides mAP and mR by every predicate of
-  categories_dict.json). Skipped while sgeval_convert.openimages or the "oi" protocol is missing.
+  categories_dict.json), after sgeval_convert.openimages' convert_gt and convert.
 * the classic R@K, ngR@K and mR@K PySGG prints on OI, through sgeval's sgb protocol on the same
   eval_results.pytorch (sgeval_convert.sgb): PySGG's vg/sgg_eval.py and vg_eval.py compute them by the
-  same rules as Scene-Graph-Benchmark's (tools/oi_check/README.md, "Classic recall"). Runs now.
+  same rules as Scene-Graph-Benchmark's (tools/oi_check/README.md, "Classic recall").
 
 The names sgeval gives the numbers are in the tables below, and nowhere else.
 """
@@ -64,13 +64,9 @@ def pysgg_numbers(case, task):
 
 
 def openimages():
-    """sgeval_convert.openimages with convert_gt and convert, and the "oi" protocol, or skip."""
-    module = pytest.importorskip("sgeval_convert.openimages", reason="sgeval_convert.openimages is not written yet")
-    missing = [name for name in ("convert_gt", "convert") if not hasattr(module, name)]
-    if missing:
-        pytest.skip(f"sgeval_convert.openimages has no {', '.join(missing)} yet")
-    if "oi" not in sgeval.PROTOCOLS:
-        pytest.skip("sgeval has no 'oi' protocol yet")
+    """sgeval_convert.openimages (imported here: the classic checks need only sgeval_convert.sgb)."""
+    from sgeval_convert import openimages as module
+
     return module
 
 
