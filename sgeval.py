@@ -307,7 +307,8 @@ Results: the keys above in ``metrics`` and each ``by_protocol`` section; ``per_p
 ``gt_images`` (rows, duplicates removed, and images with rows among the evaluated ones) and
 ``gt_relations_per_predicate``; ``config.subsets`` records each as make_config reads it back (a
 preset by its name). The table prints a section per subset (a row per family, and per protocol
-when several ran); the protocol comparison leaves them out.
+when several ran); the protocol comparison leaves them out. In an Evaluator's state, an image's
+record holds 1 + 2 len(k) more counts per subset, protocol and predicate of its GT.
 
 Presets: the VG150 splits of OvSGTR (github.com/gpt4vision/OvSGTR at 91afa5b), for VG150 GT with
 Scene-Graph-Benchmark's class names (as ``sgeval convert vg150`` writes it; on a GT without them
@@ -3931,8 +3932,9 @@ def _subset_lines(results):
         members = [" ".join(member) if subset["kind"] == "triplets" else member for member in subset["members"]]
         listed = subset["preset"] or (", ".join(members) if len(members) <= 6 else
                                       f"{', '.join(members[:5])}, ... {len(members)} {subset['kind']}")
-        lines.append(f"subset {name} ({listed}): {subset['rule']}; {subset['gt_relations']} GT relations in "
-                     f"{subset['gt_images']} images")
+        relations, images = subset["gt_relations"], subset["gt_images"]
+        lines.append(f"subset {name} ({listed}): {subset['rule']}; {relations} GT relation{'s' * (relations != 1)} "
+                     f"in {images} image{'s' * (images != 1)}")
         lines += _grid(list(rows), [f"@{k}" for k in config["k"]], lambda row, k: _fmt(
             sections[rows[row][1]]["metrics"][f"{rows[row][0]}{k}/{name}"]))
     return lines

@@ -245,8 +245,8 @@ def test_yaml_and_cli(tmp_path):
     assert [spec.name for spec in config.subsets] == ["riders", "near"]
     result = CliRunner().invoke(sgeval.main, ["--config", str(path), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "subset riders (person): a GT relation where the subject's class is in the set; 1 GT relations in" \
-           in result.stdout
+    assert "subset riders (person): a GT relation where the subject's class is in the set; 1 GT relation in 1 " \
+           "image\n" in result.stdout
     result = CliRunner().invoke(sgeval.main, ["--config", str(path), "--quiet", "--subset", "dogs=objects-either:dog",
                                               "--subset", "ride=triplets:person/riding/horse", "--output",
                                               str(tmp_path / "r.json")])
@@ -372,4 +372,4 @@ def test_presets_on_vg150_names(tmp_path):
     assert results["config"]["subsets"] == [{"name": "ovsgtr-novel-predicates", "preset": "ovsgtr-novel-predicates"},
                                             {"name": "ovd", "preset": "ovsgtr-novel-objects"}]
     assert "subset ovd (ovsgtr-novel-objects): a GT relation where the subject's and the object's classes are " \
-           "both in the set; 3 GT relations in 1 images" in sgeval.format_table(results)
+           "both in the set; 3 GT relations in 1 image\n" in sgeval.format_table(results)
