@@ -320,7 +320,7 @@ a preset is an error saying so):
 * ``ovsgtr-novel-objects`` (its OvD setting): the 45 novel object classes, the keys of
   datasets/vg.py:31 ``VG150_NOVEL2BASE``, the names at the indices of sgg_metrics.py:269; rule
   (sgg_metrics.py:268-273): a row whose subject and object classes are BOTH novel (role ``both``;
-  an ``either`` test sits commented out at :271).
+  the line commented out at :271 tested the opposite, neither class novel).
 * OvD+R (config/GroundingDINO_SwinT_OGC_ovdr.py:105-106 turn both on) has no rule of its own: the
   two evaluators run side by side, "Novel Object" and "Novel Relation" (datasets/sgg_eval.py:252-262,
   422-425, 447-453); list both presets.
