@@ -5,12 +5,14 @@ The plain-Python reference checks every kind and role on random data in tests/te
 
 import json
 import pickle
+import textwrap
 from fractions import Fraction
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
-from conftest import cells, checked, config_problems, gt_image, only, pred_image, run_case, write_case, write_yaml
+from conftest import ROOT, cells, checked, config_problems, gt_image, only, pred_image, run_case, write_case, write_yaml
 
 import sgeval
 from tools import synth
@@ -373,3 +375,15 @@ def test_presets_on_vg150_names(tmp_path):
                                             {"name": "ovd", "preset": "ovsgtr-novel-objects"}]
     assert "subset ovd (ovsgtr-novel-objects): a GT relation where the subject's and the object's classes are " \
            "both in the set; 3 GT relations in 1 image\n" in sgeval.format_table(results)
+
+
+def test_the_documented_examples_read():
+    """The subsets examples of the module docstring and of the README are valid configs."""
+    doc = sgeval.__doc__
+    block = doc[doc.index("    subsets:\n      - ovsgtr"):doc.index("    python sgeval.py --config c.yaml --subset")]
+    as_list, as_mapping = block.split("\n    subsets: {")
+    readme = (ROOT / "README.md").read_text()
+    example = readme[readme.index("```yaml\nsubsets:") + 8:]
+    for text in (as_list, "subsets: {" + as_mapping, example[:example.index("```")]):
+        config = sgeval.make_config({"gt": "g.json", **yaml.safe_load(textwrap.dedent(text))})
+        assert len(config.subsets) >= 2
