@@ -148,7 +148,8 @@ MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT 
 MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
 record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
 as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
-recursion limit; config values are scalars or flat lists. Control characters in messages are
+recursion limit; config values are scalars or flat lists (``subsets`` nests: it is walked up to
+SUBSET_VALUES (100,000) items, so YAML aliases cannot expand it). Control characters in messages are
 shown escaped; a message line is cut at 1,000 characters.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
@@ -366,6 +367,7 @@ import math
 import multiprocessing
 import os
 import re
+import reprlib
 import shutil
 import sys
 import tempfile
@@ -749,18 +751,19 @@ def _subset_entry(name, item, where, problems):
         item = dataclasses.asdict(item) if isinstance(item, SubsetSpec) else item
         name, spec = item.get("name", ""), {key: value for key, value in item.items() if key != "name"}
     elif name is None:
-        problems.append(f"{where}: {item!r} is not a preset name, NAME=KIND:NAMES or a mapping with a name"[:300])
+        problems.append(f"{where}: {reprlib.repr(item)} is not a preset name, NAME=KIND:NAMES or a mapping with a "
+                        f"name")
         return None
     if not isinstance(name, str) or not SUBSET_NAME.fullmatch(name.strip()):
-        problems.append(f"{where}: {name!r} is not a subset name (1 to 64 letters, digits, '.', '_', '+' or '-', "
-                        f"from a letter or digit; in {item!r})"[:300])
+        problems.append(f"{where}: {reprlib.repr(name)} is not a subset name (1 to 64 letters, digits, '.', '_', '+' "
+                        f"or '-', from a letter or digit; in {reprlib.repr(item)})")
         return None
     name, where = name.strip(), f"{where.rpartition(':')[0]}: subset '{name.strip()}'"
     if isinstance(spec, str):
         return _subset_text(name, spec.strip(), where, problems)
     if not isinstance(spec, dict) or set(spec) - {"kind", "members", "role", "preset"}:
         problems.append(f"{where}: expected a preset name, KIND:NAMES or a mapping of kind, members and role "
-                        f"(or preset), not {spec!r}"[:300])
+                        f"(or preset), not {reprlib.repr(spec)}")
         return None
     if spec.get("preset") is None:
         return _subset_spec(name, spec.get("kind"), spec.get("members"), spec.get("role"), where, problems)

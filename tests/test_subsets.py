@@ -219,7 +219,8 @@ def test_the_config_forms_read_alike(tmp_path):
     """A list of NAME=SPEC strings, a mapping of names to specs (text or mappings), a list of
     mappings with a name, and results["config"]'s own form give one config."""
     as_text = sgeval.make_config({"gt": "g.json", "subsets": [
-        "ovsgtr-novel-objects", "on=predicates: on , in", "kids=objects-either:boy,girl", "r=triplets:man/riding/horse"]})
+        "ovsgtr-novel-objects", "on=predicates: on , in", "kids=objects-either:boy,girl",
+        "r=triplets:man/riding/horse"]})
     as_mapping = sgeval.make_config({"gt": "g.json", "subsets": {
         "ovsgtr-novel-objects": "ovsgtr-novel-objects", "on": {"kind": "predicates", "members": ["on", "in"]},
         "kids": "objects-either:boy,girl", "r": {"kind": "triplets", "members": [["man", "riding", "horse"]]}}})
@@ -305,6 +306,11 @@ def test_a_nested_alias_bomb_is_refused_unwalked(tmp_path):
     with pytest.raises(sgeval.SGEvalError) as info:
         sgeval.load_config(path)
     assert checked(info.value) == [f"{path}: subsets: more than {sgeval.SUBSET_VALUES} values (or nested without end)"]
+    deep = inner = []
+    for _ in range(50_000):  # deeper than Python's recursion limit: walked and shown without recursing
+        inner.append([])
+        inner = inner[0]
+    only(config_problems({"gt": "g.json", "subsets": [deep]}), "config", None, "[[[[[[[...]]]]]]] is not a preset")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,12 +336,13 @@ def test_presets_are_ovsgtrs_lists():
     VG150 indices (the names of datasets/vg.py:40, in that order), :269 its 45 novel object classes
     (the keys of datasets/vg.py:31); the 35 base predicates (vg.py:38) and 105 base objects (vg.py:29)
     are the rest."""
-    predicates, objects = sgeval.SUBSET_PRESETS["ovsgtr-novel-predicates"], sgeval.SUBSET_PRESETS["ovsgtr-novel-objects"]
+    predicates = sgeval.SUBSET_PRESETS["ovsgtr-novel-predicates"]
+    objects = sgeval.SUBSET_PRESETS["ovsgtr-novel-objects"]
     unseen_rels = [9, 36, 38, 45, 22, 30, 34, 37, 16, 46, 39, 7, 14, 31, 49]  # sgg_metrics.py:299
     assert predicates.members == tuple(VG150_PREDICATES[i - 1] for i in unseen_rels)
     assert (predicates.kind, predicates.role, len(predicates.members)) == ("predicates", None, 15)
-    unseen_obj_cats = [9, 10, 11, 20, 22, 23, 26, 27, 28, 37, 38, 40, 41, 45, 52, 53, 54, 57, 58, 60, 61, 64, 66, 74, 78,
-                       87, 91, 95, 97, 99, 111, 112, 113, 115, 121, 124, 126, 127, 134, 135, 136, 144, 145, 149, 150]
+    unseen_obj_cats = [9, 10, 11, 20, 22, 23, 26, 27, 28, 37, 38, 40, 41, 45, 52, 53, 54, 57, 58, 60, 61, 64, 66, 74,
+                       78, 87, 91, 95, 97, 99, 111, 112, 113, 115, 121, 124, 126, 127, 134, 135, 136, 144, 145, 149, 150]
     assert len(VG150_OBJECTS) == 150 and objects.members == tuple(VG150_OBJECTS[i - 1] for i in unseen_obj_cats)
     assert (objects.kind, objects.role, len(objects.members)) == ("objects", "both", 45)  # sgg_metrics.py:272
     assert {"man", "woman", "person", "shirt", "tree"} <= set(objects.members) and "people" not in objects.members
