@@ -93,7 +93,8 @@ def test_legacy_protocols_use_their_own_rows_and_images(tmp_path):
     by_protocol = legacy_case(tmp_path)["by_protocol"]
     assert {name: section["metrics"]["R@20/people"] for name, section in by_protocol.items()} == {
         "unique": 0.25, "openpsg": 0.5, "sgb": pytest.approx(2 / 3, abs=1e-15)}
-    # mR over every predicate (objects) with absent predicates 0 in openpsg and sgb; unique skips them
+    # mR: unique averages riding (1/1, 0/1) and on (0/1) over those two predicates; openpsg and sgb leave
+    # image 2 out (riding 1, on 0) but average over all four predicates (an objects subset): 1/4 by two roads
     assert {name: section["metrics"]["mR@20/people"] for name, section in by_protocol.items()} == {
         "unique": 0.25, "openpsg": 0.25, "sgb": 0.25}
     assert by_protocol["sgb"]["per_predicate"]["mR@20/people"] == {"riding": 1.0, "on": 0.0}
