@@ -69,8 +69,9 @@ ranking). In box mode
   ``merge(other)`` (an Evaluator or a state_dict; commutative and associative) and
   ``load_state_dict(state)`` refuse a malformed state and one made under another fingerprint: the
   sgeval version, the SHA-256 of the gt, train_gt and zeroshot_triplets files (not the PNGs), the
-  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit and confusion_k (what
-  decides the counts; metrics, aggregation and groups only decide what compute reports).
+  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit, confusion_k and the
+  resolved subsets (what decides the counts; metrics, aggregation and groups only decide what
+  compute reports).
   ``reset()`` forgets every update. ``sync()``: under torch.distributed (when the caller imported
   torch and initialised a process group), one ``all_gather_object`` of the state, then every rank
   merges all of them and holds the same state (``sync(all_gather_object=f, world_size=n)`` stands
@@ -158,7 +159,8 @@ MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT 
 MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
 record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
 as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
-recursion limit; config values are scalars or flat lists. Control characters in messages are
+recursion limit; config values are scalars or flat lists (``subsets`` nests: it is walked up to
+SUBSET_VALUES (100,000) items, so YAML aliases cannot expand it). Control characters in messages are
 shown escaped; a message line is cut at 1,000 characters.
 
 Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
@@ -291,10 +293,80 @@ Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decision
   predicate's pooled R@k.
 * ``per_image``: a JSON Lines file, one line per evaluated image in GT order: ``image_id``,
   ``gt_relations``, ``predicted`` (a record exists), ``hits`` {protocol: the integer hits behind
-  each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf) and their
-  denominators (``gt_relations``, ``gt_pairs``, ``gt_zeroshot``, ``gt_instances``; 0 where the
-  protocol leaves the image out); oi: the hits behind its R@k and the GT rows of the file} and
-  ``audit`` (the audit counts, when on).
+  each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf, and of
+  each subset R@k/<name>, ngR@k/<name>) and their denominators (``gt_relations``, ``gt_pairs``,
+  ``gt_zeroshot``, ``gt_instances``, ``gt_relations/<name>``; 0 where the protocol leaves the image
+  out); oi: the hits behind its R@k and the GT rows of the file} and ``audit`` (the audit counts,
+  when on).
+
+Named GT subsets (config ``subsets``, CLI ``--subset``)
+-------------------------------------------------------
+Recall over the GT relations a rule picks: zero-shot recall's idea for any named set of rows.
+A subset is one of (class names as the GT writes them, exactly):
+
+* ``predicates``: a relation whose predicate is in the set;
+* ``objects`` with a ``role``: ``subject`` (the subject's class is in the set), ``object`` (the
+  object's), ``both`` (the subject's and the object's) or ``either`` (at least one of them);
+* ``triplets``: a relation whose (subject class, predicate, object class) is one of the listed
+  ``[subject, predicate, object]`` name triples.
+
+``subsets`` is a list, or a mapping of names to specs; ``--subset`` (repeatable) takes the list's
+text form and replaces the config's subsets::
+
+    subsets:
+      - ovsgtr-novel-objects                      # a preset (below), named by itself
+      - ovd=ovsgtr-novel-objects                  # a preset under another name
+      - people=objects-either:man,woman,person    # NAME=KIND:NAMES; KIND: predicates, objects-<role>, triplets
+      - rides=triplets:man/riding/horse,woman/riding/horse    # subject/predicate/object
+      - {name: spatial, kind: predicates, members: [above, under, in front of]}
+    subsets: {people: {kind: objects, role: both, members: [man, woman]}, near: "predicates:near,behind"}
+    python sgeval.py --config c.yaml --subset people=objects-both:man,woman --subset ovsgtr-novel-predicates
+
+A name is 1 to 64 letters, digits, '.', '_', '+' or '-' (from a letter or digit), given once, and
+not a predicate group's; a name with a comma or a slash needs the mapping form. A bad spec is one
+error line naming the subset; so is a subset whose names the GT lacks (naming them).
+
+Metrics, for every protocol with its own selection, matching, rows and left-out images (openpsg
+and sgb: rows as written, images without predicted relations left out; sgb: every GT row of the
+file, duplicates included), in the families ``metrics`` asks for:
+
+* ``R@k/<name>``, ``ngR@k/<name>``: zR@k / ngzR@k with the subset's rows in place of the zero-shot
+  ones (k resolved with all of the image's G; images without rows of the subset are skipped).
+* ``mR@k/<name>``: per predicate, over the images with subset rows of it (``pooled``: summed);
+  then the mean over the predicates with subset rows, or with ``absent_predicates: zero`` (openpsg
+  and sgb: always) over the subset's predicates (predicates: the members; triplets: theirs;
+  objects: every predicate), those without rows counting 0. None without subset rows.
+
+Results: the keys above in ``metrics`` and each ``by_protocol`` section; ``per_predicate`` has
+``mR@k/<name>`` for the predicates of the subset's rows; ``subsets`` describes each: ``kind``,
+``role``, ``rule`` (in words), ``members``, ``preset`` and its ``source``, ``gt_relations`` and
+``gt_images`` (rows, duplicates removed, and images with rows among the evaluated ones) and
+``gt_relations_per_predicate``; ``config.subsets`` records each as make_config reads it back (a
+preset by its name). The table prints a section per subset (a row per family, and per protocol
+when several ran); the protocol comparison leaves them out. In an Evaluator's state, an image's
+record holds 1 + 2 len(k) more counts per subset, protocol and predicate of its GT.
+
+Presets: the VG150 splits of OvSGTR (github.com/gpt4vision/OvSGTR at 91afa5b), for VG150 GT with
+Scene-Graph-Benchmark's class names (as ``sgeval convert vg150`` writes it; on a GT without them
+a preset is an error saying so):
+
+* ``ovsgtr-novel-predicates`` (its OvR setting): the 15 novel predicates, datasets/vg.py:40
+  ``VG150_NOVEL_PREDICATE``, the names at the 1-based indices its evaluator tests
+  (datasets/sgg_metrics.py:298-299); rule (sgg_metrics.py:326-329): a row whose predicate is one.
+* ``ovsgtr-novel-objects`` (its OvD setting): the 45 novel object classes, the keys of
+  datasets/vg.py:31 ``VG150_NOVEL2BASE``, the names at the indices of sgg_metrics.py:269; rule
+  (sgg_metrics.py:268-273): a row whose subject and object classes are BOTH novel (role ``both``;
+  the line commented out at :271 tested the opposite, neither class novel).
+* OvD+R (config/GroundingDINO_SwinT_OGC_ovdr.py:105-106 turn both on) has no rule of its own: the
+  two evaluators run side by side, "Novel Object" and "Novel Relation" (datasets/sgg_eval.py:252-262,
+  422-425, 447-453); list both presets.
+
+Its novel recall (sgg_metrics.py:277-290) is Scene-Graph-Benchmark's zero-shot recall over those
+rows: per image over the images with novel rows, the graph-constrained rows of its SGRecall,
+images without predicted relations left out (sgg_eval.py:665). The ``sgb`` protocol's
+``R@k/<preset>`` follows these rules; it is not checked against OvSGTR's code, and OvSGTR's GT
+loader also merges same-class GT boxes with IoU > 0.9 and keeps at most 100 boxes an image
+(datasets/vg.py:363-397), which sgeval's VG150 GT does not.
 
 Prepared ground truth
 ---------------------
@@ -330,6 +402,7 @@ import math
 import multiprocessing
 import os
 import re
+import reprlib
 import shutil
 import sys
 import tempfile
@@ -497,6 +570,7 @@ class Config:
     output: str | None = None  # JSON results file
     per_image: str | None = None  # JSON Lines file of every image's hits
     model: str | None = None  # the model's name in reports (default: the results file's name)
+    subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
 
 
 _CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
@@ -590,7 +664,8 @@ def make_config(values, source="config", need_pred=False):
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
                     per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
-                    gt_cache=_gt_cache_value(merged["gt_cache"], source, problems))
+                    gt_cache=_gt_cache_value(merged["gt_cache"], source, problems),
+                    subsets=subset_specs(merged["subsets"], source, problems))
     if config.gt_seg and "oi" in (config.protocol, *config.protocols):
         problems.append(f"{source}: the oi protocol scores boxes (Open Images has no masks): leave out gt_seg "
                         f"to evaluate in box mode")
@@ -620,12 +695,171 @@ def load_config(path=None, *, need_pred=False, **overrides):
             raise SGEvalError([f"{path}: cannot read YAML config: {' '.join(str(error).split())}"]) from None
         if not isinstance(values, dict):
             raise SGEvalError([f"{path}: the config must be a mapping of keys to values"])
-        nested = [key for key, value in values.items() if isinstance(value, (list, dict)) and not _types(
-            value if isinstance(value, list) else [value]) <= {str, int, float, bool, type(None)}]
+        nested = [key for key, value in values.items() if key != "subsets" and isinstance(value, (list, dict))
+                  and not _types(value if isinstance(value, list) else [value]) <= {str, int, float, bool, type(None)}]
         if nested:  # never printed or walked: an alias bomb expands only when it is
             raise SGEvalError([f"{path}: '{key}' must be a value or a list of values" for key in map(str, nested)])
     values.update({key: value for key, value in overrides.items() if value is not None})
     return make_config(values, source=str(path) if path else "config", need_pred=need_pred)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named GT subsets: R@k, ngR@k and mR@k over the GT relation rows a rule picks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetSpec:
+    """A named subset of the GT relation rows, as configured (class names, checked against the
+    GT's vocabulary by resolve_subsets)."""
+
+    name: str
+    kind: str  # predicates | objects | triplets
+    members: tuple  # predicate or object class names; triplets: (subject, predicate, object) name triples
+    role: str | None = None  # objects: which end's class must be in the set (SUBSET_ROLES)
+    preset: str | None = None  # the SUBSET_PRESETS entry it is
+
+
+SUBSET_KINDS = ("predicates", "objects", "triplets")
+SUBSET_ROLES = {"subject": "the subject's class is in the set", "object": "the object's class is in the set",
+                "both": "the subject's and the object's classes are both in the set",
+                "either": "the subject's or the object's class (or both) is in the set"}
+SUBSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+SUBSET_VALUES = 100_000  # a subsets value is walked up to this many items (YAML aliases can nest without end)
+# OvSGTR (github.com/gpt4vision/OvSGTR at 91afa5b), VG150's open-vocabulary splits. Its evaluator flags GT
+# rows by 1-based VG150 indices (datasets/sgg_metrics.py:269 objects, :298-299 predicates); these are the
+# names at those indices, equal to its datasets/vg.py:31 VG150_NOVEL2BASE keys and :40 VG150_NOVEL_PREDICATE.
+SUBSET_PRESETS = {
+    "ovsgtr-novel-predicates": SubsetSpec("ovsgtr-novel-predicates", "predicates", (
+        "belonging to", "part of", "riding", "walking in", "in", "of", "painted on", "playing", "for", "walking on",
+        "says", "attached to", "eating", "on", "wears"), None, "ovsgtr-novel-predicates"),
+    "ovsgtr-novel-objects": SubsetSpec("ovsgtr-novel-objects", "objects", (
+        "bed", "bench", "bike", "boy", "building", "bus", "car", "cat", "chair", "dog", "door", "ear", "elephant",
+        "fence", "giraffe", "girl", "glass", "hair", "hand", "hat", "head", "horse", "jacket", "leg", "man", "pant",
+        "person", "plane", "plate", "pole", "shirt", "shoe", "short", "sign", "snow", "street", "table", "tail",
+        "track", "train", "tree", "wheel", "window", "woman", "zebra"), "both", "ovsgtr-novel-objects"),
+}
+SUBSET_SOURCES = {  # where each preset's list and rule are, in OvSGTR at 91afa5b
+    "ovsgtr-novel-predicates": "OvSGTR's OvR novel predicates (datasets/vg.py:40; rule: datasets/sgg_metrics.py:"
+                               "298-299, 326-329, a row whose predicate is novel)",
+    "ovsgtr-novel-objects": "OvSGTR's OvD novel object classes (datasets/vg.py:31; rule: datasets/sgg_metrics.py:"
+                            "268-273, a row whose subject and object classes are both novel)",
+}
+
+
+def _within(value, budget):
+    """The items left of budget after walking value's lists and mappings; negative: too many."""
+    stack = [value]
+    while stack and budget >= 0:
+        item = stack.pop()
+        budget -= 1
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            stack += item
+    return budget
+
+
+def subset_specs(value, source="config", problems=None):
+    """The ``subsets`` config value -> tuple of SubsetSpec. value: a list of entries or a mapping of
+    names to specs. An entry: a preset name; ``NAME=SPEC`` (the --subset form); a mapping with
+    ``name`` and a spec's keys; a spec: a preset name, ``KIND:NAMES`` text or a mapping of ``kind``,
+    ``members`` and ``role`` (or ``preset``). Problems are added to problems (or raised)."""
+    own, problems = problems is None, ProblemList() if problems is None else problems
+    where, specs = f"{source}: subsets", []
+    if value in (None, "", (), [], {}):
+        return ()
+    if _within(value, SUBSET_VALUES) < 0:
+        problems.append(f"{where}: more than {SUBSET_VALUES} values (or nested without end)")
+    else:
+        entries = value.items() if isinstance(value, dict) else \
+            [(None, item) for item in (value if isinstance(value, (list, tuple)) else [value])]
+        specs = [spec for name, item in entries if (spec := _subset_entry(name, item, where, problems))]
+    twice = [name for name, n in collections.Counter(spec.name for spec in specs).items() if n > 1]
+    problems += [f"{where}: the name '{name}' is given to more than one subset" for name in twice]
+    if own and problems:
+        raise SGEvalError(problems)
+    return tuple(specs)
+
+
+def _subset_entry(name, item, where, problems):
+    """One subsets entry (name None: a list item) -> SubsetSpec, or None after adding its problem."""
+    spec, text = item, isinstance(item, str) and name is None
+    if text and "=" not in item and item.strip() not in SUBSET_PRESETS:
+        problems.append(f"{where}: '{item}' is not a preset ({', '.join(SUBSET_PRESETS)}); a subset of your own is "
+                        f"NAME=KIND:NAMES"[:300])
+        return None
+    if text:
+        name, spec = item.split("=", 1) if "=" in item else (item, item)
+    elif name is None and isinstance(item, (dict, SubsetSpec)):
+        item = dataclasses.asdict(item) if isinstance(item, SubsetSpec) else item
+        name, spec = item.get("name", ""), {key: value for key, value in item.items() if key != "name"}
+    elif name is None:
+        problems.append(f"{where}: {reprlib.repr(item)} is not a preset name, NAME=KIND:NAMES or a mapping with a "
+                        f"name")
+        return None
+    if not isinstance(name, str) or not SUBSET_NAME.fullmatch(name.strip()):
+        problems.append(f"{where}: {reprlib.repr(name)} is not a subset name (1 to 64 letters, digits, '.', '_', '+' "
+                        f"or '-', from a letter or digit; in {reprlib.repr(item)})")
+        return None
+    name, where = name.strip(), f"{where.rpartition(':')[0]}: subset '{name.strip()}'"
+    if isinstance(spec, str):
+        return _subset_text(name, spec.strip(), where, problems)
+    if not isinstance(spec, dict) or set(spec) - {"kind", "members", "role", "preset"}:
+        problems.append(f"{where}: expected a preset name, KIND:NAMES or a mapping of kind, members and role "
+                        f"(or preset), not {reprlib.repr(spec)}")
+        return None
+    if spec.get("preset") is None:
+        return _subset_spec(name, spec.get("kind"), spec.get("members"), spec.get("role"), where, problems)
+    preset = SUBSET_PRESETS.get(spec["preset"]) if isinstance(spec["preset"], str) else None
+    if preset is None:
+        problems.append(f"{where}: preset must be one of {', '.join(SUBSET_PRESETS)}")
+        return None
+    given = _subset_spec(name, spec.get("kind", preset.kind), spec.get("members", preset.members),
+                         spec.get("role", preset.role), where, problems)
+    if given is not None and (given.kind, given.members, given.role) != (preset.kind, preset.members, preset.role):
+        problems.append(f"{where}: kind, members or role differ from the preset {preset.preset}'s (give one of them)")
+        return None
+    return dataclasses.replace(preset, name=name) if given is not None else None
+
+
+def _subset_text(name, text, where, problems):
+    """A subset written as text: a preset name or KIND:NAMES (KIND: predicates, objects-<role>,
+    triplets; NAMES comma-separated, a triplet as subject/predicate/object)."""
+    if text in SUBSET_PRESETS:
+        return dataclasses.replace(SUBSET_PRESETS[text], name=name)
+    kind, colon, names = text.partition(":")
+    kind, _, role = kind.strip().partition("-")
+    if not colon or kind not in SUBSET_KINDS:
+        problems.append(f"{where}: '{text}' is neither a preset ({', '.join(SUBSET_PRESETS)}) nor KIND:NAMES "
+                        f"(KIND: predicates, objects-{'|'.join(SUBSET_ROLES)} or triplets)"[:400])
+        return None
+    members = [part.strip() for part in names.split(",") if part.strip()]
+    if kind == "triplets":
+        members = [[part.strip() for part in member.split("/")] for member in members]
+    return _subset_spec(name, kind, members, role or None, where, problems)
+
+
+def _subset_spec(name, kind, members, role, where, problems):
+    """A checked SubsetSpec of its parts, or None after adding one problem."""
+    rows = list(members) if isinstance(members, (list, tuple)) else []
+    names = [n for row in rows for n in (row if kind == "triplets" and isinstance(row, (list, tuple)) else [row])]
+    if kind not in SUBSET_KINDS:
+        problem = f"kind must be one of {', '.join(SUBSET_KINDS)}"
+    elif (kind == "objects") != (role is not None) or kind == "objects" and role not in tuple(SUBSET_ROLES):
+        problem = f"objects needs a role: {', '.join(SUBSET_ROLES)}" if kind == "objects" else \
+            f"role is for objects only (not {kind})"
+    elif not rows or not all(isinstance(n, str) and n.strip() for n in names):
+        problem = "members must be a non-empty list of " + {
+            "predicates": "predicate names", "objects": "object class names",
+            "triplets": "[subject, predicate, object] name triples (text: subject/predicate/object)"}[kind]
+    elif kind == "triplets" and not all(isinstance(row, (list, tuple)) and len(row) == 3 for row in rows):
+        problem = "members must be [subject, predicate, object] name triples (text: subject/predicate/object)"
+    else:
+        members = (tuple(n.strip() for n in row) if kind == "triplets" else row.strip() for row in rows)
+        return SubsetSpec(name, kind, tuple(dict.fromkeys(members)), role)
+    problems.append(f"{where}: {problem}")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,6 +882,7 @@ class GTImage:
     relations: np.ndarray  # (R, 3) int64
     file_rows: np.ndarray  # (R_file,) int64 index into relations, in file order
     zeroshot: np.ndarray | None = None  # (R,) bool: triplet type unseen in training (set by evaluate)
+    subsets: np.ndarray | None = None  # (R, S) bool: the row is in the configured subset s (set by the Evaluator)
 
 
 @dataclasses.dataclass
@@ -954,7 +1189,8 @@ class Evaluator:
             if self.config.zeroshot_triplets else None
         mark_zeroshot(self.gt.images, self.training.types, given)
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
-        self.settings = settings_of(self.config, n_predicates)
+        self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
+        self.settings = settings_of(self.config, n_predicates, self.subsets)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
         self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
             and self.config.gt_cache is not False else None
@@ -1132,8 +1368,8 @@ class Evaluator:
             raise SGEvalError([f"{where}: not an sgeval Evaluator state"])
         if not isinstance(state.get("fingerprint"), str) or state["fingerprint"] != self.fingerprint():
             raise SGEvalError([f"{where}: made under another configuration (the GT, training or zero-shot files, "
-                               f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit or "
-                               f"confusion_k differ); states merge only under the same one"])
+                               f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit, "
+                               f"confusion_k or subsets differ); states merge only under the same one"])
         try:
             return _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
@@ -1154,13 +1390,12 @@ class Evaluator:
         counted = self._counted(slots)
         scope = {"scope": "all" if missing == "empty" else "updated",
                  "duplicate_updates": sum(r.updates - 1 for table in (self.images, self.extra) for r in table.values())}
-        return build_results(self.config, gt, counted, self.training, self.groups, scope), gt, counted
+        return build_results(self.config, gt, counted, self.training, self.groups, scope, self.subsets), gt, counted
 
     def _counted(self, slots):
         """The Counted of the given GT slots (those without an update as predicting nothing)."""
         settings = self.settings
-        stores = {protocol: CountStore(len(slots), count_shapes(len(settings.k), len(settings.imr_k),
-                                                                settings.n_predicates, protocol))
+        stores = {protocol: CountStore(len(slots), settings_shapes(settings, protocol))
                   for protocol in settings.protocols}
         audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
         checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
@@ -1205,11 +1440,11 @@ class ImageRecord(typing.NamedTuple):
     values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
 
 
-def settings_of(config, n_predicates):
-    """The Settings every image of a run is evaluated with."""
+def settings_of(config, n_predicates, subsets=()):
+    """The Settings every image of a run is evaluated with (subsets: resolve_subsets of its specs)."""
     return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
                     config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
-                    config.confusion_k)
+                    config.confusion_k, tuple(subsets))
 
 
 def _file_digest(path):
@@ -1250,7 +1485,7 @@ def pack_record(result, image, settings):
     parts = [[len(columns)], columns]
     for protocol in settings.protocols:
         counts = result.counts[protocol]
-        for field in count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol):
+        for field in settings_shapes(settings, protocol):
             value = np.asarray(counts[field], np.int64)
             parts.append(value[..., columns] if field in PER_PREDICATE_FIELDS else value)
         cells = counts.get("confusion", np.zeros((2, 0), np.int64))
@@ -1288,7 +1523,7 @@ def unpack_record(values, settings):
         return values[at - size:at].reshape(shape)
 
     for protocol in settings.protocols:
-        shapes = count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol)
+        shapes = settings_shapes(settings, protocol)
         fields = [take(shape[:-1] + (n_columns,) if field in PER_PREDICATE_FIELDS else shape)
                   for field, shape in shapes.items()]
         cells = take((2, int(take((1,))[0])))
@@ -2684,6 +2919,7 @@ class Settings(typing.NamedTuple):
     audit: bool
     task: str = "sgdet"
     confusion_k: str | None = None  # the cut-off of the predicate confusion (None: not counted)
+    subsets: tuple = ()  # the resolved Subsets, in config order
 
 
 class ImageTask(typing.NamedTuple):
@@ -2806,11 +3042,13 @@ def protocol_counts(gt, matching, triplets, ng_triplets, settings):
             return left_out_counts(settings, protocol)
         rows = slice(None) if protocol == "openpsg" else gt.file_rows  # sgb and oi count every GT row of the file
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
-                             settings.imr_k, settings.n_predicates, settings.confusion_k)
+                             settings.imr_k, settings.n_predicates, settings.confusion_k,
+                             None if gt.subsets is None else gt.subsets[rows])
     if matching.node_of is not None:
         triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
     return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
-                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k)
+                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k,
+                        gt.subsets)
 
 
 def legacy_ok(protocol, gt, pred, iou, settings):
@@ -2901,7 +3139,8 @@ def evaluate_image(task):
     gt, pred, settings = task.gt, task.pred, task.settings
     if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
         empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
-                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k)
+                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k,
+                             gt.subsets)
         counts = {protocol: left_out_counts(settings, protocol) if protocol in LEGACY else empty
                   for protocol in settings.protocols}
         if "oi" in counts:
@@ -2952,8 +3191,7 @@ def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
 
 def left_out_counts(settings, protocol=None):
     """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
-    return {field: np.zeros(shape, np.int64) for field, shape in
-            count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol).items()}
+    return {field: np.zeros(shape, np.int64) for field, shape in settings_shapes(settings, protocol).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3007,12 +3245,13 @@ def _occurrence_ranks(keys_N):
 
 
 def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_triplets_M3, k_labels,
-                 imr_labels, n_predicates, graph_constraint=True, confusion_k=None):
+                 imr_labels, n_predicates, graph_constraint=True, confusion_k=None, subsets_RS=None):
     """All per-image integer counts (the fields of count_shapes()) for one image and protocol, and
     (confusion_k given) its "confusion" cells.
 
     pred_to_gt_P maps the predicted instances (or SingleMPO nodes) that triplets index to GT
-    instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets.
+    instances (-1 = unmatched); zeroshot_R flags the zero-shot GT triplets; subsets_RS (R, S) the
+    rows of each configured subset (None: no subsets).
     """
     C, n_pred = n_predicates, len(pred_to_gt_P)
     ks = k_values(k_labels, len(relations_R3))
@@ -3039,14 +3278,14 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
     prank = np.full(len(relations_R3), -1)
     prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
     counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_gc, first_pair, first_ng, prank,
-                           ng_selected[:, 2])
+                           ng_selected[:, 2], subsets_RS=subsets_RS)
     if confusion_k:
         counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, selected[:, 2], k_confusion, C)
     return counts
 
 
 def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, k_labels, imr_labels, n_predicates,
-                  confusion_k=None):
+                  confusion_k=None, subsets_RS=None):
     """image_counts under OpenPSG's and Scene-Graph-Benchmark's rules: the rows of triplets and
     ng_triplets as written, matched many-to-many (triplet_hits), ngR from the first LEGACY_NG_LIST
     entries of ng_triplets; ok_PG: (P, G) bool, IoU >= threshold, same category."""
@@ -3056,7 +3295,7 @@ def legacy_counts(relations_R3, zeroshot_R, ok_PG, triplets_N3, ng_triplets_M3, 
     first_ng, _, before = triplet_hits(ng_triplets_M3, ok_PG, relations_R3, len(ng_triplets_M3), n_predicates)
     counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, n_predicates, ok_PG.any(axis=0), first_gc,
                            first_pair, first_ng, np.where(first_ng >= 0, before, -1), ng_triplets_M3[:, 2],
-                           [min(k, LEGACY_NG_LIST) for k in ks])
+                           [min(k, LEGACY_NG_LIST) for k in ks], subsets_RS)
     if confusion_k:
         counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, triplets_N3[:, 2], k_confusion,
                                               n_predicates)
@@ -3078,12 +3317,13 @@ def confusion_cells(relations_R3, first_gc_R, first_pair_R, row_predicates_N, k,
 
 
 def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_gc_R, first_pair_R, first_ng_R,
-                  prank_R, ng_predicates_M, ng_ks=None):
+                  prank_R, ng_predicates_M, ng_ks=None, subsets_RS=None):
     """The count fields from where each GT triplet is found: first_gc_R / first_ng_R its position
     in the GC / NG selection, first_pair_R that of its pair in the GC selection (-1 = not found),
     prank_R its PRank rank (-1 = undefined); matched_G the GT instances matched; ng_predicates_M
     the predicates of the NG list IMR walks (its position within its predicate is IMR's rank);
-    ng_ks: the cut-offs of the NG selection (default ks)."""
+    ng_ks: the cut-offs of the NG selection (default ks); subsets_RS: (R, S) bool, the rows of
+    each configured subset (None: none)."""
     predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
     gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
     first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
@@ -3116,27 +3356,51 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
         "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
         "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
         "a_hits": np.zeros(len(ks), np.int64),  # set by evaluate_image for sgcls / predcls
+        **subset_fields(predicate, subsets_RS, gc, ng, C),
     }
 
 
-def count_shapes(n_k, n_imr, n_predicates, protocol=None):
+def subset_fields(predicate_R, subsets_RS, gc_masks, ng_masks, C):
+    """The subset count fields of an image: subset_gt (S, C), its GT rows per subset and predicate,
+    and subset_gc_hits / subset_ng_hits (S, K, C), those the R@k / ngR@k selections find (gc_masks,
+    ng_masks: K (R,) bool masks of the rows found). subsets_RS: (R, S) bool, or None (S = 0)."""
+    S, K = 0 if subsets_RS is None else subsets_RS.shape[1], len(gc_masks)
+    if S == 0:
+        return {"subset_gt": np.zeros((0, C), np.int64), "subset_gc_hits": np.zeros((0, K, C), np.int64),
+                "subset_ng_hits": np.zeros((0, K, C), np.int64)}
+    inside_SR = subsets_RS.T
+    gt = np.bincount((np.arange(S)[:, None] * C + predicate_R)[inside_SR], minlength=S * C).reshape(S, C)
+    found_LR = np.stack([*gc_masks, *ng_masks]).reshape(2 * K, len(predicate_R))  # L = 2K: GC, then NG
+    keys_SLR = np.arange(S * 2 * K).reshape(S, 2 * K, 1) * C + predicate_R
+    hits = np.bincount(keys_SLR[inside_SR[:, None, :] & found_LR], minlength=S * 2 * K * C).reshape(S, 2 * K, C)
+    return {"subset_gt": gt, "subset_gc_hits": hits[:, :K], "subset_ng_hits": hits[:, K:]}
+
+
+def count_shapes(n_k, n_imr, n_predicates, n_subsets=0, protocol=None):
     """Shape of every per-image count field (the image axis excluded) of a protocol; oi adds its
     own (oi_counts: hits at each cut-off and at OI_SCORE_K)."""
-    C = n_predicates
+    C, S = n_predicates, n_subsets
     shapes = {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
               "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
               "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
-              "imr_short": (n_imr,), "a_hits": (n_k,)}
+              "imr_short": (n_imr,), "a_hits": (n_k,),
+              "subset_gt": (S, C), "subset_gc_hits": (S, n_k, C), "subset_ng_hits": (S, n_k, C)}
     if protocol == "oi":
         shapes.update(oi_gt=(), oi_hits=(n_k + 1,), oi_npos=(C,))
     return shapes
+
+
+def settings_shapes(settings, protocol=None):
+    """count_shapes of a run's Settings for one protocol."""
+    return count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, len(settings.subsets), protocol)
 
 
 # ---------------------------------------------------------------------------------------------
 # Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
 
-PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits", "oi_npos")
+PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits", "subset_gt",
+                        "subset_gc_hits", "subset_ng_hits", "oi_npos")
 
 
 class CountStore(collections.abc.Mapping):
@@ -3373,6 +3637,7 @@ def per_image_lines(config, gt, counted):
         per_image = {name: store[name].sum(axis=-1) if name in PER_PREDICATE_FIELDS else store[name] for name in fields}
         for prefix, field, total_key, total_field in chosen:  # each count field made whole once
             columns[protocol, total_key], columns[protocol, prefix] = per_image[total_field], per_image[field]
+        columns.update(_subset_columns(protocol, store, config.k, [spec.name for spec in config.subsets], families))
     for slot, image in enumerate(gt.images):
         hits = {protocol: {} for protocol in counted.stores}
         for (protocol, key), values in columns.items():
@@ -3386,6 +3651,20 @@ def per_image_lines(config, gt, counted):
         yield json.dumps(line) + "\n"
 
 
+def _subset_columns(protocol, store, k_labels, names, families):
+    """per_image columns {(protocol, key): (I,) int64} of the subsets: gt_relations/<name> and the
+    hits behind R@k/<name> (families R, or mR) and ngR@k/<name>."""
+    if not names:
+        return {}
+    columns = {(protocol, f"gt_relations/{name}"): gt_I for name, gt_I in zip(names, store["subset_gt"].sum(
+        axis=-1).T)}
+    for family, field in (("R", "subset_gc_hits"), ("ngR", "subset_ng_hits")):
+        hits_ISK = store[field].sum(axis=-1) if family in families else None
+        columns.update({(protocol, f"{family}@{k}/{name}"): hits_ISK[:, s, index] for s, name in enumerate(names)
+                        for index, k in enumerate(k_labels) if hits_ISK is not None})
+    return columns
+
+
 def mark_zeroshot(images, training_types, given=None):
     """Set each GTImage's zeroshot flags: a triplet's (subject category, object category,
     predicate) type is in ``given`` (when given), or else absent from the training types."""
@@ -3393,6 +3672,89 @@ def mark_zeroshot(images, training_types, given=None):
         types = zip(image.categories[image.relations[:, 0]].tolist(),
                     image.categories[image.relations[:, 1]].tolist(), image.relations[:, 2].tolist())
         image.zeroshot = np.array([t in given if given is not None else t not in training_types for t in types], bool)
+
+
+class Subset(typing.NamedTuple):
+    """A SubsetSpec resolved against the GT's vocabulary: what decides an image's subset counts
+    (a part of Settings, and so of the state's fingerprint)."""
+
+    name: str
+    kind: str  # predicates | objects | triplets
+    role: str | None  # objects: subject | object | both | either
+    members: tuple  # predicate indices | object category indices | (subject cat, object cat, predicate) triples
+    predicates: tuple  # mR@k/<name>'s predicates under absent_predicates zero: the members (predicates), the
+    # triplets' predicates (triplets), every predicate (objects)
+
+
+def resolve_subsets(specs, object_classes, predicate_classes, gt_path):
+    """The Subsets of SubsetSpecs, their names looked up in the GT's vocabulary; a subset with names
+    the GT lacks is one problem line naming them (a preset's: how many the GT lacks)."""
+    vocabulary = {"object class": {name: i for i, name in enumerate(object_classes)},
+                  "predicate": {name: i for i, name in enumerate(predicate_classes)}}
+    problems, subsets = ProblemList(), []
+    for spec in specs:
+        kinds = {"predicates": ("predicate",), "objects": ("object class",),
+                 "triplets": ("object class", "predicate", "object class")}[spec.kind]
+        rows = spec.members if spec.kind == "triplets" else [(member,) for member in spec.members]
+        unknown = list(dict.fromkeys(name for row in rows for name, kind in zip(row, kinds)
+                                     if name not in vocabulary[kind]))
+        if unknown:
+            problems.append(_unknown_subset_names(spec, unknown, kinds, gt_path))
+            continue
+        index = [tuple(vocabulary[kind][name] for name, kind in zip(row, kinds)) for row in rows]
+        members = tuple((s, o, p) for s, p, o in index) if spec.kind == "triplets" else tuple(i for i, in index)
+        predicates = members if spec.kind == "predicates" else range(len(predicate_classes)) \
+            if spec.kind == "objects" else {p for _, _, p in members}
+        subsets.append(Subset(spec.name, spec.kind, spec.role, members, tuple(sorted(predicates))))
+    if problems:
+        raise SGEvalError(problems)
+    return tuple(subsets)
+
+
+def _unknown_subset_names(spec, unknown, kinds, gt_path):
+    """The problem line of a subset whose names the GT lacks."""
+    where, quoted = f"config: subset '{spec.name}'", ", ".join(f"'{name}'" for name in unknown)
+    if spec.preset is not None:
+        total = len(set(itertools.chain.from_iterable(spec.members)) if spec.kind == "triplets" else spec.members)
+        return (f"{where}: the GT ({gt_path}) lacks {len(unknown)} of the {total} {kinds[0]} names of the preset "
+                f"{spec.preset} ({quoted}): the preset is for VG150 GT with Scene-Graph-Benchmark's names, as "
+                f"sgeval convert vg150 writes it")[:1000]
+    return f"{where}: the GT ({gt_path}) has no {' or '.join(dict.fromkeys(kinds))} named {quoted}"
+
+
+def subset_rows(categories_G, relations_R3, subsets):
+    """(R, S) bool: whether each GT relation row [s, o, p] is in each Subset."""
+    subject, obj, predicate = categories_G[relations_R3[:, 0]], categories_G[relations_R3[:, 1]], relations_R3[:, 2]
+    inside = np.zeros((len(relations_R3), len(subsets)), bool)
+    for column, subset in enumerate(subsets):
+        if subset.kind == "predicates":
+            inside[:, column] = np.isin(predicate, subset.members)
+        elif subset.kind == "objects":
+            ends = np.isin(subject, subset.members), np.isin(obj, subset.members)
+            inside[:, column] = {"subject": ends[0], "object": ends[1], "both": ends[0] & ends[1],
+                                 "either": ends[0] | ends[1]}[subset.role]
+        else:
+            types = set(subset.members)
+            inside[:, column] = [t in types for t in zip(subject.tolist(), obj.tolist(), predicate.tolist())]
+    return inside
+
+
+def mark_subsets(images, subsets):
+    """Set each GTImage's subsets rows (subset_rows)."""
+    for image in images:
+        image.subsets = subset_rows(image.categories, image.relations, subsets)
+
+
+def evaluator_subsets(config, gt, groups=()):
+    """The config's subsets resolved against gt (resolve_subsets), its images' subset rows marked.
+    A subset may not share its name with a predicate group (mR@k/<name> names either)."""
+    problems = [f"config: subset '{spec.name}': a predicate group has this name too (mR@k/{spec.name} would name "
+                f"both)" for spec in config.subsets if spec.name in groups]
+    if problems:
+        raise SGEvalError(problems)
+    subsets = resolve_subsets(config.subsets, gt.object_classes, gt.predicate_classes, config.gt)
+    mark_subsets(gt.images, subsets)
+    return subsets
 
 
 class Counted(typing.NamedTuple):
@@ -3550,19 +3912,83 @@ def group_means(per_predicate, groups, k_labels, absent_predicates):
     return out
 
 
+def subset_metrics(counts, k_labels, subsets, metrics=METRIC_FAMILIES, absent_predicates="skip",
+                   aggregation="per_image"):
+    """R@k/<name>, ngR@k/<name> and mR@k/<name> of each Subset (the families among metrics) from
+    stacked counts (the subset_* fields), and the per-predicate arrays (C,) behind mR@k/<name>.
+    R-type: over the images with rows of the subset (as zR); mR: per predicate over the images
+    with subset rows of it, then the mean over the predicates with subset rows (absent_predicates
+    zero: over the subset's predicates, those without rows counting 0). NaN without subset rows."""
+    out, per_predicate = {}, {}
+    if not subsets:
+        return out, per_predicate
+    pooled, gt_ISC = aggregation == "pooled", counts["subset_gt"]
+    found = {"R": counts["subset_gc_hits"], "ngR": counts["subset_ng_hits"]}  # (I, S, K, C) each, read once
+    found["mR"] = found["R"]
+    for s, subset in enumerate(subsets):
+        present = (gt_ISC[:, s] > 0).any(axis=0)
+        for family in [family for family in ("R", "ngR", "mR") if family in metrics]:
+            for index, label in enumerate(k_labels):
+                key, hits_IC = f"{family}@{label}/{subset.name}", found[family][:, s, index]
+                if family != "mR":
+                    out[key] = _r_type(hits_IC.sum(axis=1), gt_ISC[:, s].sum(axis=1), pooled)
+                    continue
+                per_predicate[key] = values = _per_predicate(hits_IC, gt_ISC[:, s], pooled)
+                size = len(subset.predicates) if absent_predicates == "zero" else np.count_nonzero(present)
+                out[key] = values[present].sum() / size if present.any() else np.nan
+    return {key: float(value) for key, value in out.items()}, per_predicate
+
+
+def subset_gt_counts(images, n_subsets, n_predicates):
+    """((S, C) GT relations of each subset per predicate, (S,) images with a row of it) over images."""
+    gt_SC, images_S = np.zeros((n_subsets, n_predicates), np.int64), np.zeros(n_subsets, np.int64)
+    for image in images if n_subsets else ():
+        inside_SR = image.subsets.T
+        gt_SC += np.bincount((np.arange(n_subsets)[:, None] * n_predicates + image.relations[:, 2])[inside_SR],
+                             minlength=n_subsets * n_predicates).reshape(n_subsets, n_predicates)
+        images_S += inside_SR.any(axis=1)
+    return gt_SC, images_S
+
+
+def subset_config(spec):
+    """A SubsetSpec as the results' config records it (make_config reads it back): a preset by name."""
+    if spec.preset is not None:
+        return {"name": spec.name, "preset": spec.preset}
+    members = [list(member) if spec.kind == "triplets" else member for member in spec.members]
+    return {"name": spec.name, "kind": spec.kind, "members": members, **({"role": spec.role} if spec.role else {})}
+
+
+def subsets_report(specs, gt_SC, images_S, names):
+    """The results' subsets section: per subset its kind, role, rule, members, preset (and the
+    preset's source) and its GT relations (duplicates removed) in the evaluated images."""
+    rules = {"predicates": "a GT relation whose predicate is in the set",
+             "triplets": "a GT relation whose (subject class, predicate, object class) is one of the triplets"}
+    return {spec.name: {
+        "kind": spec.kind, "role": spec.role,
+        "rule": rules.get(spec.kind) or f"a GT relation where {SUBSET_ROLES[spec.role]}",
+        "members": [list(member) if spec.kind == "triplets" else member for member in spec.members],
+        "preset": spec.preset, "source": SUBSET_SOURCES.get(spec.preset),
+        "gt_relations": int(gt_SC[s].sum()), "gt_images": int(images_S[s]),
+        "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_SC[s]) if n},
+    } for s, spec in enumerate(specs)}
+
+
 def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def build_results(config, gt, counted, training, groups=None, scope=None):
+def build_results(config, gt, counted, training, groups=None, scope=None, subsets=()):
     """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
-    ``duplicate_updates`` (default: all images, none)."""
+    ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
     groups = groups or {}
     metrics_wanted = [family for family in config.metrics if family != "A" or config.task != "sgdet"]
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
     gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [_NO_TRIPLETS[:, 2]]),
                          minlength=len(names))
     present = gt_rel > 0
+    subset_gt, subset_images = subset_gt_counts(gt.images, len(subsets), len(names))
+    shown = {f"mR@{label}/{subset.name}": np.flatnonzero(subset_gt[s]) for s, subset in enumerate(subsets)
+             for label in config.k}  # a subset's per-predicate values: the predicates of its rows
     by_protocol = {}
     for protocol, store in counted.stores.items():
         rules = dict(LEGACY_RULES) if protocol in LEGACY else \
@@ -3571,13 +3997,16 @@ def build_results(config, gt, counted, training, groups=None, scope=None):
         metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
                                            rules["aggregation"], training.pairs, config.wimr_tau)
         metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
+        subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
+        metrics.update(subset_values)
+        per_predicate.update(subset_per_predicate)
         if protocol == "oi":
             oi_values, oi_per_predicate = oi_metrics(store, config.k)
             metrics, per_predicate = {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
-            "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in np.flatnonzero(present)}
-                              for key, values in per_predicate.items()},
+            "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in shown.get(
+                key, np.flatnonzero(present))} for key, values in per_predicate.items()},
             "rules": rules,
             "images_left_out": int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0)),
             "predicate_confusion": confusion_report(counted.confusion[protocol], names, config.confusion_k)}
@@ -3585,7 +4014,8 @@ def build_results(config, gt, counted, training, groups=None, scope=None):
     results = {
         "sgeval_version": __version__,
         "config": {**dataclasses.asdict(config), **{key: list(getattr(config, key)) for key in
-                                                     ("protocols", "k", "imr_k", "metrics")}},
+                                                     ("protocols", "k", "imr_k", "metrics")},
+                   "subsets": [subset_config(spec) for spec in config.subsets]},
         "images": {
             "evaluated": len(gt.images),
             "missing_predictions": int(np.count_nonzero(~counted.predicted)),
@@ -3600,6 +4030,7 @@ def build_results(config, gt, counted, training, groups=None, scope=None):
         "protocol_audit": _audit_report(counted.audits, gt.images) if config.audit else None,
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
         "predicate_groups": {group: [names[c] for c in members] for group, members in groups.items()},
+        "subsets": subsets_report(config.subsets, subset_gt, subset_images, names),
         "task_check": _task_check(counted.checks, gt.images) if config.task != "sgdet" else None,
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
@@ -3709,6 +4140,7 @@ def format_table(results):
     if groups:
         lines += _grid([f"mR {group}" for group in groups], [f"@{k}" for k in config["k"]],
                        lambda g, k: _fmt(metrics[f"mR{k}/{g[3:]}"]), max(8, *(len(g) + 5 for g in groups)))
+    lines += _subset_lines(results)
     if f"A@{config['k'][0]}" in metrics:
         lines.append(f"A@k: Top@K accuracy ({config['task']}: the first k rows among those on GT pairs; not a recall)")
     extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank", *OI_SCALARS)
@@ -3717,7 +4149,8 @@ def format_table(results):
         lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
     if "by_protocol" in results:
         by_protocol = results["by_protocol"]
-        keys = list(dict.fromkeys(key for section in by_protocol.values() for key in section["metrics"]))
+        keys = [key for key in dict.fromkeys(key for section in by_protocol.values() for key in section["metrics"])
+                if key.rpartition("/")[2] not in (results.get("subsets") or {})]
         lines += ["protocol comparison (same predictions, same GT):"] + _grid(
             keys, list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"].get(key), key), 10, 11)
     for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
@@ -3751,6 +4184,28 @@ def format_table(results):
     return "\n".join(lines)
 
 
+def _subset_lines(results):
+    """format_table's section per subset: what it holds and its GT relations, then R / ngR / mR per
+    cut-off (rows per protocol when several ran)."""
+    config, lines = results["config"], []
+    sections = results.get("by_protocol") or {config["protocol"]: results}
+    for name, subset in (results.get("subsets") or {}).items():
+        rows = {(family if len(sections) == 1 else f"{family} {protocol}"): (family, protocol)
+                for family in ("R", "ngR", "mR") for protocol in sections
+                if f"{family}@{config['k'][0]}/{name}" in sections[protocol]["metrics"]}
+        if not rows:
+            continue
+        members = [" ".join(member) if subset["kind"] == "triplets" else member for member in subset["members"]]
+        listed = subset["preset"] or (", ".join(members) if len(members) <= 6 else
+                                      f"{', '.join(members[:5])}, ... {len(members)} {subset['kind']}")
+        relations, images = subset["gt_relations"], subset["gt_images"]
+        lines.append(f"subset {name} ({listed}): {subset['rule']}; {relations} GT relation{'s' * (relations != 1)} "
+                     f"in {images} image{'s' * (images != 1)}")
+        lines += _grid(list(rows), [f"@{k}" for k in config["k"]], lambda row, k: _fmt(
+            sections[rows[row][1]]["metrics"][f"{rows[row][0]}{k}/{name}"]))
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
@@ -3779,6 +4234,10 @@ def format_table(results):
 @click.option("--iou-threshold", type=float, help="Minimum IoU for a match (default 0.5).")
 @click.option("--wimr-tau", type=float, help="wIMR weight exponent tau (default 0.5).")
 @click.option("--predicate-groups", help="mR per head / body / tail: frequency, pysgg-vg150 or a JSON/YAML file.")
+@click.option("--subset", "subsets", multiple=True, metavar="NAME=KIND:NAMES|PRESET", help=(
+    "A named subset of the GT relations, repeatable: NAME=predicates:on,above | NAME=objects-ROLE:man,woman (ROLE: "
+    "subject, object, both, either) | NAME=triplets:man/riding/horse | a preset "
+    f"({', '.join(SUBSET_PRESETS)}). Adds R@k/NAME, ngR@k/NAME and mR@k/NAME."))
 @click.option("--absent-predicates", type=click.Choice(["skip", "zero"]), help="Absent predicates in m-type means.")
 @click.option("--aggregation", type=click.Choice(["per_image", "pooled"]),
               help="Mean of per-image values or pooled counts.")
@@ -3797,6 +4256,7 @@ def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
     if no_gt_cache:
         options["gt_cache"] = False
+    options["subsets"] = options["subsets"] or None  # no --subset: the config's subsets
     if compare_protocols and options["protocols"] is None:
         options["protocols"] = ",".join(RECALL_PROTOCOLS)  # and oi when it is the headline protocol
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),

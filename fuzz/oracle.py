@@ -183,7 +183,7 @@ def valid_config(values, fields):
     (another existing path, an output path). fields: the config's field names."""
     if not isinstance(values, dict) or set(map(str, values)) - set(fields) or not all(
             isinstance(v, _SCALARS) or isinstance(v, list) and all(isinstance(i, _SCALARS) for i in v)
-            for v in values.values()):
+            for k, v in values.items() if k != "subsets"):  # subsets: nested by design, not judged here
         return False, True
     get = lambda key, default=None: values.get(key, default)  # noqa: E731
     workers = get("workers", 1)
@@ -210,6 +210,7 @@ def valid_config(values, fields):
         return False, True
     paths = {"gt": "gt/psg.json", "pred": "pred.zip", "gt_seg": "gt/panoptic"}
     unsure = [key for key in ("train_gt", "zeroshot_triplets", "output", "per_image") if get(key) not in (None, "")]
+    unsure += ["subsets"] if get("subsets") not in (None, "", [], {}) else []  # its rules are sgeval's own
     groups = get("predicate_groups")
     if groups not in (None, ""):  # frequency and the presets depend on the GT's content
         if str(groups) not in ("frequency", "pysgg-vg150") and not os.path.exists(str(groups)):

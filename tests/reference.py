@@ -69,6 +69,12 @@ Readings of the SPEC made here (the fast evaluator must agree):
   Z* = the GT types of evaluated images not among them, or exactly the `zeroshot` set when given.
   Z = GT triplets of the image with type in Z*. zR@k / ngzR@k use the selections of R@k / ngR@k
   (k resolved with |G|). Images with empty Z are left out; None when no image has Z.
+- Named subsets (`subsets`): a GT triplet (s, o, p) is in a subset by its rule (subset_rule) on
+  (cat[s], cat[o], p). R@k/<name>, ngR@k/<name>: as zR@k / ngzR@k with the subset's triplets in
+  place of Z (legacy protocols: every GT row of such a triplet, as zR). mR@k/<name>: per predicate
+  over the kept images with subset triplets of it, then the mean over the predicates with a value
+  ("zero": the sum over the subset's predicates: the members, the triplets' predicates, or all
+  for an objects subset); None when no kept image has a subset triplet.
 - IMR@k (absolute k only): per predicate p of G, the NG-deduplicated T_ng (after the singlempo
   remap) filtered to predicate p, first k, matched; hits over |G^(p)|. Aggregated like mR
   (absent_predicates applies). imr_short_images[k]: evaluated images (missing ones included)
@@ -449,8 +455,9 @@ def as_task(image, prediction, mode, task):
 
 
 def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=(),
-                   zeroshot_types=frozenset(), task="sgdet", confusion_k="50"):
-    """Per-image counts; `prediction` None means the image has no record.
+                   zeroshot_types=frozenset(), task="sgdet", confusion_k="50", subset_rules=None):
+    """Per-image counts; `prediction` None means the image has no record. `subset_rules`: {subset
+    name: rule(subject category, object category, predicate) -> bool}.
 
     Every value is a pair (hits, denominator) or a {predicate: (hits, denominator)} dict, so the
     caller can average ratios (per image) or pool counts. PRank pairs are (rank sum, ranked
@@ -500,7 +507,10 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
     gt_pairs = {(s, o) for s, o, _ in gt}
     zero_shot = {t for t in gt if (gt_categories[t[0]], gt_categories[t[1]], t[2]) in zeroshot_types}
-    record = {"predicates": {p for _, _, p in gt}, "audit": audit, "left_out": False}
+    in_subset = {name: {t for t in gt if rule(gt_categories[t[0]], gt_categories[t[1]], t[2])}
+                 for name, rule in (subset_rules or {}).items()}
+    record = {"predicates": {p for _, _, p in gt}, "audit": audit, "left_out": False,
+              "subsets": {name: {"R": {}, "ngR": {}, "mR": {}} for name in in_subset}}
     for family in ("R", "mR", "PR", "ngR", "mNgR", "zR", "ngzR", "IMR", "imr_short", "A"):
         record[family] = {}
 
@@ -518,7 +528,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         # OpenPSG removes duplicate GT rows (as G does); Scene-Graph-Benchmark counts every row of the file
         gt_rows = sorted(gt) if protocol == "openpsg" else [tuple(int(v) for v in r) for r in image["relations"]]
         record = legacy_record(record, gt_rows, triplets, triplets_ng, ok, len(gt_categories), n_pred, ks, imr_ks,
-                               zero_shot)
+                               zero_shot, in_subset)
         rows = triplets[:resolve_k(confusion_k, len(gt_rows))]
         record["confusion"] = Counter() if record["left_out"] else Counter(
             confusion_column(t, rows, lambda row, t=t: ok(row[0], t[0]) and ok(row[1], t[1])) for t in gt_rows)
@@ -581,6 +591,10 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
         record["ngR"][k] = (len(gt & matched_ng), len(gt))
         record["mNgR"][k] = _counts_by_predicate(gt, matched_ng)
         record["ngzR"][k] = (len(zero_shot & matched_ng), len(zero_shot))
+        for name, members in in_subset.items():  # a subset: recall over its GT triplets only
+            record["subsets"][name]["R"][k] = (len(members & matched), len(members))
+            record["subsets"][name]["ngR"][k] = (len(members & matched_ng), len(members))
+            record["subsets"][name]["mR"][k] = _counts_by_predicate(members, matched)
 
     matched_gt_instances = set(mapping.values())
     record["InstR"] = (len(matched_gt_instances), len(gt_categories))
@@ -629,12 +643,14 @@ def legacy_hits(rows, gt_rows, ok):
                                                              for row in rows)}
 
 
-def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot):
+def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_pred, ks, imr_ks, zero_shot,
+                  in_subset=None):
     """Fill `record` under OpenPSG's (openpsg) or Scene-Graph-Benchmark's (sgb) rules: rows as
     written (no graph constraint, repeats and self-pairs kept), and a row hits a GT row (s, o, p)
     when its predicate is p and ok(row subject, s) and ok(row object, o) both hold
     (many-to-many). `gt_rows`: the GT triplets counted, one per row (sgb keeps duplicate rows);
-    `ok(m, g)`: same category and IoU >= threshold; `zero_shot`: the zero-shot GT triplets. ngR and
+    `ok(m, g)`: same category and IoU >= threshold; `zero_shot`: the zero-shot GT triplets;
+    `in_subset`: {subset name: its GT triplets} (every row of such a triplet counts). ngR and
     its kin see the first 100 entries of T_ng at most. Left out (no counts at all) when the record
     has no relation rows."""
     record["left_out"] = not triplets
@@ -668,6 +684,11 @@ def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_
         record["ngR"][k] = (len(found_ng), len(gt_rows))
         record["mNgR"][k] = by_predicate(found_ng)
         record["ngzR"][k] = (len(zero_shot_rows & found_ng), len(zero_shot_rows))
+        for name, members in (in_subset or {}).items():
+            rows = {i for i in every if gt_rows[i] in members}
+            record["subsets"][name]["R"][k] = (len(rows & found), len(rows))
+            record["subsets"][name]["ngR"][k] = (len(rows & found_ng), len(rows))
+            record["subsets"][name]["mR"][k] = by_predicate(found, sorted(rows))
     matched = {g for g in range(n_gt_instances) if any(ok(m, g) for m in range(n_pred))}
     record["InstR"] = (len(matched), n_gt_instances)
     reachable = {i for i in every if gt_rows[i][0] in matched and gt_rows[i][1] in matched}
@@ -693,6 +714,50 @@ def legacy_record(record, gt_rows, triplets, triplets_ng, ok, n_gt_instances, n_
 
 # ---------------------------------------------------------------------------------------------
 # Whole dataset
+
+
+def subset_rule(spec, dataset):
+    """(rule(subject category, object category, predicate) -> bool, the subset's predicates) of a
+    subset spec: predicates: the row's predicate is a member (its predicates: the members);
+    objects: the subject's (role subject), the object's (object), both (both) or at least one
+    (either) category is a member (its predicates: all); triplets: (subject, predicate, object) is
+    a member (its predicates: those of the members)."""
+    objects = list(dataset["thing_classes"]) + list(dataset["stuff_classes"])
+    predicates = list(dataset["predicate_classes"])
+    if spec["kind"] == "predicates":
+        chosen = {predicates.index(name) for name in spec["members"]}
+        return (lambda s, o, p: p in chosen), sorted(chosen)
+    if spec["kind"] == "objects":
+        chosen, role = {objects.index(name) for name in spec["members"]}, spec["role"]
+
+        def rule(s, o, p):
+            return {"subject": s in chosen, "object": o in chosen, "both": s in chosen and o in chosen,
+                    "either": s in chosen or o in chosen}[role]
+
+        return rule, list(range(len(predicates)))
+    types = {(objects.index(s), objects.index(o), predicates.index(p)) for s, p, o in spec["members"]}
+    return (lambda s, o, p: (s, o, p) in types), sorted({p for _, _, p in types})
+
+
+def subset_metrics(name, rule, domain, evaluated, records, ks, aggregation, absent_predicates, metrics, per_pred):
+    """Add R@k/<name> and ngR@k/<name> (over the kept records with subset triplets), mR@k/<name>
+    (per predicate over the kept records with subset triplets of it; then the mean over the
+    predicates with a value, or with absent_predicates "zero" the sum over len(domain); None when
+    no predicate has a value) and its per-predicate values (the predicates of the subset's GT
+    triplets in the evaluated images; None where only left-out records hold them)."""
+    shown = sorted({p for image in evaluated for s, o, p in gt_relation_set(image)
+                    if rule(int(image["categories"][s]), int(image["categories"][o]), p)})
+    for family in ("R", "ngR"):
+        for k in ks:
+            pairs = [r["subsets"][name][family][k] for r in records if r["subsets"][name][family][k][1] > 0]
+            metrics[f"{family}@{k}/{name}"] = _ratio(pairs, aggregation)
+    for k in ks:
+        values = {p: _ratio((r["subsets"][name]["mR"][k][p] for r in records if p in r["subsets"][name]["mR"][k]),
+                            aggregation) for p in shown}
+        per_pred[f"mR@{k}/{name}"] = values
+        valued = [v for v in values.values() if v is not None]
+        metrics[f"mR@{k}/{name}"] = None if not valued else sum(valued, Fraction(0)) / len(domain) \
+            if absent_predicates == "zero" else _mean(valued)
 
 
 def _mean(values):
@@ -746,6 +811,7 @@ def reference_evaluate(
     groups=None,
     f1=False,
     confusion_k="50",
+    subsets=None,
 ):
     """Evaluate `predictions` against `dataset`; see the module docstring for every rule.
 
@@ -754,7 +820,10 @@ def reference_evaluate(
     `task`: sgdet, sgcls or predcls (predcls: the GT's instances stand for a prediction with as
     many instances; sgcls and predcls add A@k). `groups`: {group name: [predicates]}, adding
     mR@k/<group>: the mean of the group's per-predicate mR@k (absent predicates as the rule says).
-    `f1`: add F1@k = 2 R mR / (R + mR), 0 when both are 0.
+    `f1`: add F1@k = 2 R mR / (R + mR), 0 when both are 0. `subsets`: {name: {"kind": "predicates"
+    | "objects" | "triplets", "members": [names] (triplets: [subject, predicate, object] names),
+    "role": "subject" | "object" | "both" | "either" (objects)}}, adding R@k/<name>, ngR@k/<name>
+    and mR@k/<name> (see subset_rule and subset_metrics).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
@@ -809,9 +878,11 @@ def reference_evaluate(
     else:
         zeroshot_types = {tuple(int(v) for v in t) for t in zeroshot}
 
+    subset_rules = {name: subset_rule(spec, dataset) for name, spec in (subsets or {}).items()}
+    rules = {name: rule for name, (rule, _) in subset_rules.items()}
     all_records = [
         evaluate_image(image, by_id.get(str(image["image_id"])), mode, ks, iou_threshold, protocol,
-                       imr_ks, zeroshot_types, task, confusion_k)
+                       imr_ks, zeroshot_types, task, confusion_k, rules)
         for image in evaluated
     ]
     records = [record for record in all_records if not record["left_out"]]  # openpsg and sgb leave some out
@@ -889,6 +960,8 @@ def reference_evaluate(
         metrics[f"IMR@{k}"] = mean_over_predicates(per_pred[f"IMR@{k}"], True)
     for k in imr_ks:
         metrics[f"wIMR@{k}"] = weighted_over_predicates(per_pred[f"IMR@{k}"])
+    for name, (rule, domain) in subset_rules.items():
+        subset_metrics(name, rule, domain, evaluated, records, ks, aggregation, absent_predicates, metrics, per_pred)
 
     return {
         "images": {

@@ -15,7 +15,7 @@ def _random_result(rng, settings, relations):
     present = np.bincount(relations[:, 2], minlength=settings.n_predicates) > 0
     counts = {}
     for protocol in settings.protocols:
-        shapes = sgeval.count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, protocol)
+        shapes = sgeval.settings_shapes(settings, protocol)
         counts[protocol] = {field: rng.integers(0, 300 if field == "rank_sum" else 9, shape) * (
             present if field in sgeval.PER_PREDICATE_FIELDS else 1) for field, shape in shapes.items()}
         cells = np.unique(rng.integers(0, settings.n_predicates * (settings.n_predicates + 1), 4))
@@ -38,7 +38,7 @@ def test_record_round_trip_gives_every_count_back(n_k, n_predicates, audit):
     without a record: zeros), n_k == C included (fields are told apart by name)."""
     rng = np.random.default_rng(n_k * 10 + n_predicates)
     settings = _settings(n_k, n_predicates, audit=audit)
-    shapes = {protocol: sgeval.count_shapes(n_k, 2, n_predicates, protocol) for protocol in settings.protocols}
+    shapes = {protocol: sgeval.count_shapes(n_k, 2, n_predicates, 0, protocol) for protocol in settings.protocols}
     stores = {protocol: sgeval.CountStore(13, shapes[protocol]) for protocol in settings.protocols}
     results = []
     for slot in range(12):

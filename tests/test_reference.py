@@ -9,6 +9,13 @@ from reference import reference_evaluate, reference_oi
 
 KS = ("1", "5", "20", "x0.5", "x1", "x3")
 IMR_KS = ("1", "2", "5")
+SUBSETS = {  # every kind and role of named subset, on tools/synth.py's names
+    "preds": {"kind": "predicates", "members": ["pred1", "pred3"]},
+    **{role: {"kind": "objects", "members": ["thing0", "stuff1"], "role": role}
+       for role in ("subject", "object", "both", "either")},
+    "types": {"kind": "triplets", "members": [[s, p, o] for s in ("thing0", "thing1", "stuff1")
+                                              for p in ("pred0", "pred2") for o in ("thing1", "thing2", "stuff0")]},
+}
 
 
 def random_case(tmp_path, seed, with_masks):
@@ -46,13 +53,14 @@ def test_matches_reference(tmp_path, seed, with_masks):
     tau, confusion_k = (0.5, 0.0, 1.0)[seed % 3], ("5", "x1", "20")[seed % 3]
     for absent, aggregation in (("skip", "per_image"), ("zero", "pooled")):
         config = sgeval.make_config({**values, "protocols": sgeval.RECALL_PROTOCOLS, "absent_predicates": absent,
-                                     "aggregation": aggregation, "wimr_tau": tau, "confusion_k": confusion_k})
+                                     "aggregation": aggregation, "wimr_tau": tau, "confusion_k": confusion_k,
+                                     "subsets": SUBSETS})
         fast = sgeval.evaluate(config)
         for protocol in sgeval.RECALL_PROTOCOLS:
             where = f"seed {seed} {mode} {protocol} absent={absent} {aggregation}"
             slow = reference_evaluate(dataset, predictions, mode=mode, ks=KS, protocol=protocol,
                                       absent_predicates=absent, imr_ks=IMR_KS, tau=tau, aggregation=aggregation,
-                                      confusion_k=confusion_k)
+                                      confusion_k=confusion_k, subsets=SUBSETS)
             assert fast["images"] == slow["images"], where
             assert fast["absent_predicates"] == slow["absent_predicates"], where
             assert fast["by_protocol"][protocol]["images_left_out"] == slow["images_left_out"], where
@@ -74,6 +82,10 @@ def test_random_cases_are_not_trivial(tmp_path):
     assert 0 < m["R@20"] < m["ngR@20"] < 1 and 0 < m["InstR"] < 1 and m["PRank"] > 0
     assert m["R@1"] < m["R@20"] and 0 < m["zR@20"] != m["R@20"] and 0 < m["IMR@1"] < m["IMR@5"]
     assert len({v["R@20"] for v in by_protocol.values()}) == len(sgeval.RECALL_PROTOCOLS)  # the protocols differ
+    subsets = sgeval.evaluate(sgeval.make_config({**values, "subsets": SUBSETS}))
+    assert all(subsets["subsets"][name]["gt_images"] > 2 for name in SUBSETS)  # every subset has rows in images
+    at_20 = {name: subsets["metrics"][f"R@20/{name}"] for name in SUBSETS}
+    assert len(set(at_20.values())) == len(SUBSETS) and 0 < at_20["either"] < 1  # every rule picks other rows
     assert 0 < result["by_protocol"]["openpsg"]["images_left_out"] < result["images"]["evaluated"]
     for protocol in sgeval.RECALL_PROTOCOLS:  # hits, other predicates on a found pair, and pairs not found
         cells = confusion_cells(result["by_protocol"][protocol]["predicate_confusion"])
