@@ -335,7 +335,8 @@ file, duplicates included), in the families ``metrics`` asks for:
 * ``mR@k/<name>``: per predicate, over the images with subset rows of it (``pooled``: summed);
   then the mean over the predicates with subset rows, or with ``absent_predicates: zero`` (openpsg
   and sgb: always) over the subset's predicates (predicates: the members; triplets: theirs;
-  objects: every predicate), those without rows counting 0. None without subset rows.
+  objects: every predicate), those without rows counting 0. None without subset rows. Under
+  ``oi`` only ``mR@k/<name>`` (its classic mR), as its own R@k ranks another list.
 
 Results: the keys above in ``metrics`` and each ``by_protocol`` section; ``per_predicate`` has
 ``mR@k/<name>`` for the predicates of the subset's rows; ``subsets`` describes each: ``kind``,
