@@ -3078,21 +3078,21 @@ def _union_boxes(a_N4, b_N4):
     return np.concatenate([np.minimum(a_N4[:, :2], b_N4[:, :2]), np.maximum(a_N4[:, 2:], b_N4[:, 2:])], axis=1)
 
 
-def oi_candidates(gt, pred, relations_R3, rows_N3, threshold):
+def oi_candidates(gt, pred, iou_PG, relations_R3, rows_N3, threshold):
     """Per row of the OI list, the GT row (index into relations_R3) that PySGG's ap_eval would
     take for the relationship AP and for the phrase AP, -1 for none (ap_eval_rel.py:158-201):
     among the GT rows of the row's predicate, the overlap is 0 where the subject's or object's
-    category differs, else the lesser of the subject and object box IoUs (phrase: the IoU of the
-    union boxes); the first GT row of the largest overlap, when that is above the threshold
-    (float32). Whether it was taken by a better-scored row is decided over all images (oi_ap)."""
-    tool, none_G, none_P = LEGACY["oi"], np.zeros(len(gt.categories), np.int64), np.zeros(len(pred.categories), np.int64)
-    iou_PG = legacy_box_iou(tool, gt.boxes, none_G, pred.boxes, none_P)
+    category differs, else the lesser of the subject and object box IoUs (iou_PG, whatever the
+    categories; phrase: the IoU of the union boxes); the first GT row of the largest overlap, when
+    that is above the threshold (float32). Whether it was taken by a better-scored row is decided
+    over all images (oi_ap)."""
     s, o, p = rows_N3.T
     gs, go, gp = relations_R3.T
     same = p[:, None] == gp[None]
-    valid = same & (pred.categories[s][:, None] == gt.categories[gs][None])         & (pred.categories[o][:, None] == gt.categories[go][None])
+    valid = same & (pred.categories[s][:, None] == gt.categories[gs][None]) \
+        & (pred.categories[o][:, None] == gt.categories[go][None])
     relationship = np.minimum(iou_PG[s][:, gs], iou_PG[o][:, go])
-    phrase = legacy_box_iou(tool, _union_boxes(gt.boxes[gs], gt.boxes[go]), np.zeros(len(gs), np.int64),
+    phrase = legacy_box_iou(LEGACY["oi"], _union_boxes(gt.boxes[gs], gt.boxes[go]), np.zeros(len(gs), np.int64),
                             _union_boxes(pred.boxes[s], pred.boxes[o]), np.zeros(len(s), np.int64))
     picks = []
     for overlap in (relationship, phrase):
@@ -3113,10 +3113,12 @@ def oi_counts(gt, pred, settings):
     relations = gt.relations[gt.file_rows]
     rows, scores = oi_list(pred)
     first_hit, picks = np.full(len(relations), -1), [np.full(len(rows), -1)] * 2
-    if len(rows):
-        ok = legacy_ok("oi", gt, pred, None, settings)
+    if len(rows):  # one box IoU for the recall's hits (same categories) and the APs' picks
+        iou_PG = legacy_box_iou(LEGACY["oi"], gt.boxes, np.zeros(len(gt.categories), np.int64), pred.boxes,
+                                np.zeros(len(pred.categories), np.int64))
+        ok = (iou_PG >= np.float32(settings.iou_threshold)) & (pred.categories[:, None] == gt.categories[None])
         first_hit = triplet_hits(rows, ok, relations, len(rows), settings.n_predicates)[0]
-        picks = oi_candidates(gt, pred, relations, rows, settings.iou_threshold)
+        picks = oi_candidates(gt, pred, iou_PG, relations, rows, settings.iou_threshold)
     ks = k_values(settings.k + (OI_SCORE_K,), len(relations))
     bits = scores.view(np.uint64)
     return {"oi_gt": len(relations),
@@ -3786,8 +3788,8 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
                 evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
             elif slot is None:
                 evaluator.other_records += 1
-            elif oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"):
-                problems.append(oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"))
+            elif problem := oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"):
+                problems.append(problem)
             elif not problems:  # after a problem: only check the rest
                 yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
 
