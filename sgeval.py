@@ -3980,11 +3980,30 @@ def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def protocol_metrics(config, protocol, store, training, groups, subsets):
+    """One protocol's (metrics, per_predicate, rules) from its CountStore: aggregate under the
+    protocol's rules (the legacy tools' whatever the config says), the predicate groups' and the
+    subsets' means, and oi's own metrics (beside the mR PySGG prints)."""
+    rules = dict(LEGACY_RULES) if protocol in LEGACY else \
+        {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
+    wanted = ["mR"] if protocol == "oi" else \
+        [family for family in config.metrics if family != "A" or config.task != "sgdet"]
+    metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
+                                       rules["aggregation"], training.pairs, config.wimr_tau)
+    metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
+    subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
+    metrics.update(subset_values)
+    per_predicate.update(subset_per_predicate)
+    if protocol == "oi":
+        oi_values, oi_per_predicate = oi_metrics(store, config.k)
+        metrics, per_predicate = {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}
+    return metrics, per_predicate, rules
+
+
 def build_results(config, gt, counted, training, groups=None, scope=None, subsets=()):
     """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
     ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
     groups = groups or {}
-    metrics_wanted = [family for family in config.metrics if family != "A" or config.task != "sgdet"]
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
     gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [_NO_TRIPLETS[:, 2]]),
                          minlength=len(names))
@@ -3994,18 +4013,7 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
              for label in config.k}  # a subset's per-predicate values: the predicates of its rows
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        rules = dict(LEGACY_RULES) if protocol in LEGACY else \
-            {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
-        wanted = ["mR"] if protocol == "oi" else metrics_wanted  # oi: its own metrics and the mR PySGG prints
-        metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
-                                           rules["aggregation"], training.pairs, config.wimr_tau)
-        metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
-        subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
-        metrics.update(subset_values)
-        per_predicate.update(subset_per_predicate)
-        if protocol == "oi":
-            oi_values, oi_per_predicate = oi_metrics(store, config.k)
-            metrics, per_predicate = {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}
+        metrics, per_predicate, rules = protocol_metrics(config, protocol, store, training, groups, subsets)
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in shown.get(
