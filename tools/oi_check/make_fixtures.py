@@ -33,13 +33,13 @@ import contextlib
 import json
 import shutil
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tools.oi_check import make_data, oracle, pysgg_env
+from tools.oracle_files import write_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = {"oi-0": (0, 30), "oi-1": (1, 30)}  # name: seed, evaluated test images
@@ -186,15 +186,6 @@ def gt_json(data):
             test_ids += [anno["img_fn"]] if split == "test" else []
     return {"thing_classes": names["obj"], "stuff_classes": [], "predicate_classes": names["rel"],
             "test_image_ids": test_ids, "data": entries}
-
-
-def write_zip(path, members):
-    """{name: bytes} deflated, names sorted, every time 1980-01-01 and mode 644: same contents, same bytes."""
-    with zipfile.ZipFile(path, "w") as archive:
-        for name in sorted(members):
-            info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
-            info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
-            archive.writestr(info, members[name], compresslevel=9)
 
 
 def write_fixture(name, seed, images, out):

@@ -8,7 +8,7 @@ special case of make_raw.CASES present), oracle.score gives OpenPSG's numbers in
 mode, and two altered OpenPSG evaluators must change them (MUTANTS: the data decide the float32
 box IoU and the >= 0.5 mask IoU rules). The zip holds psg.json, panoptic/, raw/, raw_summary.json
 and openpsg_<method>.json trimmed to what tests/test_openpsg_oracle.py compares; its bytes depend
-only on the contents (make_raw.write_zip).
+only on the contents (tools/oracle_files.write_zip).
 """
 
 import argparse
@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from tools.openpsg_check import make_raw, openpsg_env, oracle
+from tools.oracle_files import write_zip
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = {"one-stage-0": ("one-stage", 0, 16), "two-stage-0": ("two-stage", 0, 24)}  # name: kind, seed, images
@@ -85,7 +86,7 @@ def write_fixture(name, kind, seed, images, out):
     for method, numbers in evaluate(data).items():
         oracle.write_json(data / f"openpsg_{method}.json", numbers)
     files = sorted(p for p in data.rglob("*") if p.is_file())
-    make_raw.write_zip(out / f"{name}.zip", {p.relative_to(data).as_posix(): p.read_bytes() for p in files})
+    write_zip(out / f"{name}.zip", {p.relative_to(data).as_posix(): p.read_bytes() for p in files})
     print(f"{out / name}.zip: {len(files)} files, {(out / f'{name}.zip').stat().st_size} bytes")
 
 

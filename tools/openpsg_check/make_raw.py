@@ -32,7 +32,6 @@ import collections
 import io
 import json
 import sys
-import zipfile
 from fractions import Fraction
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import torch
 
 from tools import synth
 from tools.openpsg_check import openpsg_env
+from tools.oracle_files import write_zip
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
 KS = (20, 50, 100)
@@ -60,7 +60,6 @@ CASES = {  # the COUNT keys that a data set of each kind must have (raw_summary.
     "two-stage": _GT_CASES + ("images without detections (refine_bboxes None)",
                               "single-instance images ([[0, 0]] placeholder row)"),
 }
-ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every zip member's time: the bytes depend only on the contents
 
 
 # ----------------------------------------------------------------------------- IoU as OpenPSG computes it
@@ -341,14 +340,6 @@ def cut_ties(raw):
 
 
 # ----------------------------------------------------------------------------- files
-
-def write_zip(path, members, compress=zipfile.ZIP_DEFLATED):
-    """A zip of {name: bytes}, names sorted, fixed times and modes: the same members, the same bytes."""
-    with zipfile.ZipFile(path, "w") as archive:
-        for name in sorted(members):
-            info = zipfile.ZipInfo(name, ZIP_TIME)
-            info.compress_type, info.external_attr = compress, 0o644 << 16
-            archive.writestr(info, members[name], compresslevel=9)
 
 
 def write_npz(path, arrays):

@@ -29,7 +29,6 @@ import contextlib
 import json
 import shutil
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 
 import sgeval
 from tools.sgb_check import make_data, oracle, sgb_env
+from tools.oracle_files import write_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = {"sgb-0": (0, 40), "sgb-1": (1, 40)}  # name: seed, test images
@@ -112,15 +112,6 @@ def prediction_records(preds, image_ids, task, sgb_ng_lists):
                              for c, box, s in zip(labels, pred.bbox.numpy(), scores)],
                "triplets": np.column_stack([pairs, rel[:, 1:].argmax(axis=1)]) if len(rel) else np.zeros((0, 3)),
                "ng_triplets": np.column_stack([pairs[ranking[:, 0]], ranking[:, 1]])}
-
-
-def write_zip(path, members):
-    """{name: bytes} deflated, names sorted, every time 1980-01-01 and mode 644: same contents, same bytes."""
-    with zipfile.ZipFile(path, "w") as archive:
-        for name in sorted(members):
-            info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
-            info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
-            archive.writestr(info, members[name], compresslevel=9)
 
 
 def trimmed(numbers):
