@@ -592,7 +592,7 @@ def parse_k(label):
     return number, relative
 
 
-def _as_list(value):
+def as_list(value):
     """A comma-separated string or a list -> list."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -603,7 +603,7 @@ def _k_labels(key, value, relative_allowed, source, problems):
     """The cut-off labels as written (spaces around them dropped), one per cut-off: a later label
     of the same cut-off ('020' after '20', 'x10.0' after 'x10') is left out."""
     labels = {}
-    for item in _as_list(value):
+    for item in as_list(value):
         try:
             k, relative = parse_k(item)
             if relative and not relative_allowed:
@@ -612,14 +612,14 @@ def _k_labels(key, value, relative_allowed, source, problems):
         except ValueError:
             problems.append(f"{source}: {key} value '{item}' is not a positive integer"
                             + " or x<factor>" * relative_allowed)
-    if not _as_list(value):
+    if not as_list(value):
         problems.append(f"{source}: '{key}' needs at least one value")
     return tuple(labels.values())
 
 
 def _one_k_label(key, value, source, problems):
-    if len(_as_list(value)) > 1:
-        problems.append(f"{source}: {key} takes one cut-off, not {len(_as_list(value))}")
+    if len(as_list(value)) > 1:
+        problems.append(f"{source}: {key} takes one cut-off, not {len(as_list(value))}")
     labels = _k_labels(key, value, True, source, problems)
     return labels[0] if labels else ""
 
@@ -641,7 +641,7 @@ def make_config(values, source="config", need_pred=False):
         raise SGEvalError(problems)
     merged = {**fields, **values}
     problems += [f"{source}: '{key}' is required" for key in ("gt", "pred")[:1 + need_pred] if not merged[key]]
-    lists = {key: tuple(dict.fromkeys(map(str, _as_list(merged[key])))) for key in ("metrics", "protocols")}
+    lists = {key: tuple(dict.fromkeys(map(str, as_list(merged[key])))) for key in ("metrics", "protocols")}
     for key, allowed in (("metrics", METRIC_FAMILIES), ("protocols", PROTOCOLS)):
         problems += [f"{source}: unknown {key[:-1]} '{name}'; valid: {', '.join(allowed)}"
                      for name in lists[key] if name not in allowed]
@@ -900,7 +900,7 @@ def _types(values):
     return set(map(type, values))
 
 
-def _rows_array(value, width):
+def rows_array(value, width):
     """A JSON list of rows of `width` integers -> (N, width) int64, else None. Booleans are not
     integers, and [[]] is not an empty list."""
     if not isinstance(value, list) or not _types(value) <= {list} \
@@ -913,7 +913,7 @@ def _rows_array(value, width):
     return array.reshape(0, width) if not value else array if array.shape[1:] == (width,) else None
 
 
-def _int_array(values):
+def int_array(values):
     """(N,) int64 of a list of JSON integers, else None."""
     try:
         return np.array(values, np.int64) if _types(values) <= {int} else None
@@ -930,7 +930,7 @@ def _float_array(values):
     return array if array is not None and np.isfinite(array).all() else None
 
 
-def _box_array(boxes):
+def box_array(boxes):
     """(N, 4) float64 of a list of boxes of four finite JSON numbers each, else None."""
     if not _types(boxes) <= {list} or not set(map(len, boxes)) <= {4}:
         return None
@@ -973,10 +973,10 @@ def _compact_entry(entry):
     segments, annotations = entry.get("segments_info"), entry.get("annotations")
     ids = categories = boxes = None
     if isinstance(segments, list) and _types(segments) <= {dict}:
-        ids, categories = (_int_array([s.get(key) for s in segments]) for key in ("id", "category_id"))
+        ids, categories = (int_array([s.get(key) for s in segments]) for key in ("id", "category_id"))
     if isinstance(annotations, list) and _types(annotations) <= {dict}:
-        boxes = _box_array([a.get("bbox") for a in annotations])
-    relations = _rows_array(entry.get("relations", 0), 3)  # 0: a missing field is malformed
+        boxes = box_array([a.get("bbox") for a in annotations])
+    relations = rows_array(entry.get("relations", 0), 3)  # 0: a missing field is malformed
     problems = {key: f"field '{key}' must be a positive integer" for key, value in zip(("height", "width"), size)
                 if value is None}
     if ids is None or categories is None:
@@ -1058,7 +1058,7 @@ def _load_annotations(path, keys, what="JSON"):
     _regular_file(path, what)
     try:
         with open(path, "rb") as handle:
-            stream = _JSONStream(handle)
+            stream = JSONStream(handle)
             if stream.peek() != "{":  # not an object: the checks below word it
                 handle.seek(0)
                 data = json.load(handle)
@@ -1811,12 +1811,12 @@ def _worker_source(path):
     return _WORKER_SOURCES.get(path) or _WORKER_SOURCES.setdefault(path, PredSource(path))
 
 
-def _unsafe_member(name):
+def unsafe_member(name):
     path = PurePosixPath(name.replace("\\", "/"))
     return path.is_absolute() or ".." in path.parts or ":" in name
 
 
-class _JSONStream:
+class JSONStream:
     """Reads one JSON document from a binary stream value by value: the json module's decoder runs
     on a window of text, so memory holds one value and a chunk, not the document."""
 
@@ -1879,7 +1879,7 @@ class _JSONStream:
                 raise self._error("expecting a field name")
             key = self.value()
             self.expect(":", "':'")
-            items = self._items() if self.peek() == "[" else None
+            items = self.items() if self.peek() == "[" else None
             yield key, self.value() if items is None else items
             collections.deque(items or (), maxlen=0)  # the rest of a list the caller did not read
             if self.expect(",}", "',' or '}'") == "}":
@@ -1887,7 +1887,7 @@ class _JSONStream:
         if self.peek():
             raise self._error("extra data after the JSON document")
 
-    def _items(self):
+    def items(self):
         self.expect("[", "'['")
         if self.peek() == "]":
             self.pos += 1
@@ -1923,7 +1923,7 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     except READ_ERRORS as error:
         raise SGEvalError([f"{pred_path}: not a readable ZIP archive: {type(error).__name__}: {error}"]) from None
     problems.extend(f"{pred_path}: ZIP member '{m}' has an absolute path or '..'"
-                    for m in sorted(set(members or ())) if _unsafe_member(m))
+                    for m in sorted(set(members or ())) if unsafe_member(m))
     problems.extend(f"{pred_path}: ZIP member '{m}' appears {n} times (which one is meant?)"
                     for m, n in sorted(collections.Counter(members or ()).items()) if n > 1)
     return source, _records(source, name, None if members is None else set(members), n_objects, n_predicates,
@@ -1934,7 +1934,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
     pred_path, version, seen_images, seen = source.path, None, False, set()
     try:
         with source.open(name) as stream:
-            for key, value in _JSONStream(stream).members():
+            for key, value in JSONStream(stream).members():
                 if key == "version":
                     version = value
                     if type(version) is not int or version != 1:  # true is not 1
@@ -1975,8 +1975,8 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
         problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
         return None
     ng_given = record.get("ng_triplets") is not None  # else the triplets are the ng_triplets
-    triplets = _rows_array(record["triplets"], 3)
-    ng_triplets = _rows_array(record["ng_triplets"], 3) if ng_given else triplets
+    triplets = rows_array(record["triplets"], 3)
+    ng_triplets = rows_array(record["ng_triplets"], 3) if ng_given else triplets
     bad = [field for field, rows in (("triplets", triplets), ("ng_triplets", ng_triplets))
            if rows is None and (ng_given or field == "triplets")]
     problems += [f"{where}: field '{field}' must be a list of [3 integers] rows" for field in bad]
@@ -1992,7 +1992,7 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     if mode == "mask" and len(categories):
         if not isinstance(seg_filename, str) or not seg_filename:
             problems.append(f"{where}: field 'seg_filename' is required in mask mode")
-        elif _unsafe_member(seg_filename):
+        elif unsafe_member(seg_filename):
             problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
         elif members is not None and seg_filename not in members:
             problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
@@ -2049,14 +2049,14 @@ def _instances(record, where, mode, n_objects, problems):
     if len(categories) > MAX_INSTANCES:
         problems.append(f"{where}: {len(categories)} instances, more than the limit of {MAX_INSTANCES} per image")
         return None
-    category_array = _int_array(categories)
+    category_array = int_array(categories)
     if category_array is None:
         problems.append(f"{where}: field 'category' must be an integer for every instance")
         return None
     _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
-    box_array = _box_array(boxes)
-    if box_array is None or mode == "box" and (
-            (box_array[:, 2] < box_array[:, 0]) | (box_array[:, 3] < box_array[:, 1])).any():
+    boxes_P4 = box_array(boxes)
+    if boxes_P4 is None or mode == "box" and (
+            (boxes_P4[:, 2] < boxes_P4[:, 0]) | (boxes_P4[:, 3] < boxes_P4[:, 1])).any():
         problem = _box_problem(boxes, mode)  # the checks one by one, to word the problem
         if problem:
             problems.append(f"{where}: {problem}")
@@ -2067,7 +2067,7 @@ def _instances(record, where, mode, n_objects, problems):
         if bad:
             problems.append(f"{where}: instance {bad[0]}: field 'score' must be a finite number")
             return None
-    return category_array, None if mode == "mask" else box_array, score_array
+    return category_array, None if mode == "mask" else boxes_P4, score_array
 
 
 def _box_problem(boxes, mode):

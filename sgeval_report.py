@@ -659,7 +659,7 @@ def write_plots(runs, out_dir, formats=("png",), k="50"):
 
 
 def _choices(value, allowed, option):
-    items = sgeval._as_list(value) if value else []
+    items = sgeval.as_list(value) if value else []
     if items == ["all"]:
         return list(allowed)
     unknown = [item for item in items if item not in allowed]
@@ -715,12 +715,12 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
         runs = load_runs(list(results), _labels(label_pairs, labels_file))
         names = _choices(table_names, TABLES, "--tables") if table_names else \
             ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
-        cutoffs = sgeval._as_list(ks) if ks else default_ks(runs)
+        cutoffs = sgeval.as_list(ks) if ks else default_ks(runs)
         oi = (protocol or runs[0].results["config"]["protocol"]) == "oi"
-        families = sgeval._as_list(metrics) if metrics else list(OI_METRICS if oi else ("R", "mR"))
+        families = sgeval.as_list(metrics) if metrics else list(OI_METRICS if oi else ("R", "mR"))
         tables = build_tables(runs, names, families, cutoffs, protocol,
-                              sgeval._as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
-                              sgeval._as_list(compare_protocols) if compare_protocols else None)
+                              sgeval.as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
+                              sgeval.as_list(compare_protocols) if compare_protocols else None)
         text = render(tables, fmt, decimals)
         if output:
             sgeval.write_output(output, [text], "--output")

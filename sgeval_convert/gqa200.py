@@ -158,9 +158,9 @@ def convert_entry(entry, n_objects, n_predicates, where, problems):
             problems.add(line)
         return None
     stem = PurePosixPath(entry.filename).stem if isinstance(entry.filename, str) else None
-    size, boxes = _image_size(entry.info), sgeval._box_array(entry.boxes)  # the GT reader's own checks
-    classes = sgeval._int_array(entry.classes) if isinstance(entry.classes, list) else None
-    relations = sgeval._rows_array(entry.relations, 3)
+    size, boxes = _image_size(entry.info), sgeval.box_array(entry.boxes)  # the GT reader's own checks
+    classes = sgeval.int_array(entry.classes) if isinstance(entry.classes, list) else None
+    relations = sgeval.rows_array(entry.relations, 3)
     checks = [(stem or None, "filenames_all", "a file name"),
               (size, "img_info_all", "an object with a positive integer width and height"),
               (boxes, "gt_boxes_all", "a list of [x1, y1, x2, y2] finite numbers"),

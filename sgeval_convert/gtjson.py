@@ -92,11 +92,11 @@ def stream_list(path, key=None):
     value that is not a list or malformed JSON raises ConvertError when the reading gets there."""
     try:
         with open(path, "rb") as handle:
-            stream = sgeval._JSONStream(handle)
+            stream = sgeval.JSONStream(handle)
             if key is None:
                 if stream.peek() != "[":
                     raise ConvertError([f"{path}: the file must hold a JSON list"])
-                yield from stream._items()
+                yield from stream.items()
                 return
             if stream.peek() != "{":
                 raise ConvertError([f"{path}: the file must hold a JSON object"])

@@ -193,8 +193,8 @@ def convert_entry(index, entry, n_objects, n_predicates, path, problems):
     if too_many:
         return None
     name, size, labels = entry.get("img_fn"), _image_size(entry.get("img_size")), entry.get("det_labels")
-    boxes, relations = sgeval._box_array(boxes_list), sgeval._rows_array(rels_list, 3)
-    labels = sgeval._int_array(labels) if isinstance(labels, list) else None
+    boxes, relations = sgeval.box_array(boxes_list), sgeval.rows_array(rels_list, 3)
+    labels = sgeval.int_array(labels) if isinstance(labels, list) else None
     checks = [(name if isinstance(name, str) and name else None, "img_fn", "a non-empty string (the image file's stem)"),
               (size, "img_size", "[width, height], two positive integers"),
               (boxes, "bbox", "a list of [x1, y1, x2, y2] rows of four finite numbers"),

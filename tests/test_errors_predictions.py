@@ -492,7 +492,7 @@ def test_triplets_json_blanks_and_the_value_limit(tmp_path, monkeypatch):
     text = b'{"version": 1, "images": [' + records[0] + b"," + b" " * (8 << 20) + b",".join(records[1:]) + b"]}"
     edit_zip(values["pred"], {"triplets.json": text})
     assert sgeval.evaluate(sgeval.make_config(values))["metrics"]["R@20"] == 1.0
-    monkeypatch.setattr(sgeval._JSONStream, "MAX_VALUE", 1 << 20)
+    monkeypatch.setattr(sgeval.JSONStream, "MAX_VALUE", 1 << 20)
     huge = b'{"version": 1, "images": [[' + b" " * (3 << 20) + b"]]}"
     edit_zip(values["pred"], {"triplets.json": huge})
     only(problems_of(values), values["pred"], None, "triplets.json", "limit")

@@ -12,7 +12,7 @@ from conftest import evaluate_values, format_case, rewrite_json, sgeval, synth
 
 def members(text, chunk):
     """Top-level (key, value) pairs as the stream reader yields them, lists materialised."""
-    stream = sgeval._JSONStream(io.BytesIO(text.encode()))
+    stream = sgeval.JSONStream(io.BytesIO(text.encode()))
     stream.CHUNK = chunk
     return [(key, list(value) if not isinstance(value, (dict, list, str, int, float, type(None))) else value)
             for key, value in stream.members()]
@@ -68,7 +68,7 @@ def test_stream_reader_reports_the_character_offset_of_an_error():
 def test_evaluation_read_in_tiny_chunks_is_identical(tmp_path, monkeypatch, workers):
     values = format_case(tmp_path)
     expected = evaluate_values(values)
-    monkeypatch.setattr(sgeval._JSONStream, "CHUNK", 3)
+    monkeypatch.setattr(sgeval.JSONStream, "CHUNK", 3)
     expected = {**expected, "config": {**expected["config"], "workers": workers}}
     assert evaluate_values(values, workers=workers) == expected
 
@@ -129,13 +129,13 @@ def test_records_are_yielded_one_at_a_time(tmp_path):
         return stream
 
     source.open = spy
-    sgeval._JSONStream.CHUNK, chunk = 16, sgeval._JSONStream.CHUNK
+    sgeval.JSONStream.CHUNK, chunk = 16, sgeval.JSONStream.CHUNK
     try:
         first = next(records)
         position = opened[0].tell()
         rest = list(records)
     finally:
-        sgeval._JSONStream.CHUNK = chunk
+        sgeval.JSONStream.CHUNK = chunk
     assert first.image_id == "1" and [pred.image_id for pred in rest] == ["2", "3"] and not problems
     assert position < source.read("triplets.json").__len__()
     np.testing.assert_array_equal(first.triplets, [[1, 2, 1], [0, 2, 0]])
@@ -184,7 +184,7 @@ def test_gt_keys_in_any_order_read_in_tiny_chunks(random_gt, monkeypatch):
     expected = gt_state(path, seg_root)
     data = json.loads(open(path).read())
     open(path, "w").write(json.dumps({key: data[key] for key in sorted(data, reverse=True)}, indent=2))
-    monkeypatch.setattr(sgeval._JSONStream, "CHUNK", 5)
+    monkeypatch.setattr(sgeval.JSONStream, "CHUNK", 5)
     assert gt_state(path, seg_root) == expected
 
 

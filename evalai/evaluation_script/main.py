@@ -212,7 +212,7 @@ def _checked_members(infos):
     files = [info for info in infos if not info.is_dir()]
     for info in files:
         name = info.filename
-        if sgeval._unsafe_member(name) or "\\" in name or "" in name.split("/"):  # sgeval's rule for ZIP members, stricter
+        if sgeval.unsafe_member(name) or "\\" in name or "" in name.split("/"):  # sgeval's rule for ZIP members, stricter
             problems.append(f"member '{name}' has an unsafe path (absolute, '..', a backslash or a drive)")
         elif name != "psg.json" and not name.startswith(PANOPTIC):
             problems.append(f"member '{name}' is neither psg.json nor under {PANOPTIC}")
