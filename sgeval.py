@@ -457,8 +457,7 @@ def _numba_kernels():
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
 DEFAULT_METRICS = tuple(family for family in METRIC_FAMILIES if family != "F1")  # A: sgcls / predcls only
-RECALL_PROTOCOLS = ("unique", "singlempo", "multimpo", "openpsg", "sgb")  # run on any prediction
-PROTOCOLS = (*RECALL_PROTOCOLS, "oi")  # oi: box mode, and it ranks by row scores
+DEFAULT_PROTOCOL = "unique"  # the headline protocol unless the config names one (PROTOCOLS: the registry)
 TASKS = ("sgdet", "sgcls", "predcls")  # what the model was given: nothing, the GT boxes, the GT boxes and labels
 BOX_TOLERANCE = 1.0  # sgcls / predcls: a predicted box is the GT's when every coordinate is within this (pixels)
 
@@ -471,13 +470,6 @@ class LegacyTool(typing.NamedTuple):
     least_union: float | None  # the box IoU's union is at least this (mmdet's eps)
 
 
-LEGACY = {"openpsg": LegacyTool("OpenPSG", 0, 1e-6), "sgb": LegacyTool("Scene-Graph-Benchmark", 1, None),
-          "oi": LegacyTool("PySGG (Open Images)", 1, None)}
-OI_TOP = 100  # oi: PySGG's Open Images evaluation ranks the 100 best-scored rows (oi_evaluation.py:151, 211)
-OI_MIN_SCORE = 1e-5  # ... and keeps those scoring above this (oi_evaluation.py:225)
-OI_SCORE_K = "50"  # ... and its score_wtd weighs R@50 (oi_evaluation.py:366)
-OI_SCALARS = ("mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score", "score_wtd")  # its metrics besides R@k
-LEGACY_RULES = {"absent_predicates": "zero", "aggregation": "per_image"}  # the tools', whatever the config says
 LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
 
@@ -552,7 +544,7 @@ class Config:
     pred: str = ""  # predictions: .json, .zip or directory
     train_gt: str | None = None  # training annotations (default: gt's non-test images)
     zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
-    protocol: str = "unique"  # unique | singlempo | multimpo | openpsg | sgb: the headline protocol
+    protocol: str = DEFAULT_PROTOCOL  # the headline protocol (a name in PROTOCOLS)
     protocols: tuple = ()  # more protocols evaluated side by side in the same run
     task: str = "sgdet"  # sgdet | sgcls | predcls: sgcls / predcls instances are the GT's, in GT order
     k: tuple = ("20", "50", "100", "x1", "x10")  # absolute or relative ("x10") cut-offs
@@ -574,7 +566,7 @@ class Config:
     subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
 
 
-_CHOICES = {"protocol": PROTOCOLS, "task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
+_CHOICES = {"task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
 
 
 _K_LABEL = re.compile(r"[0-9]+|x([0-9]+\.?[0-9]*|\.[0-9]+)")  # ASCII digits, a decimal point, no exponent
@@ -646,7 +638,7 @@ def make_config(values, source="config", need_pred=False):
         problems += [f"{source}: unknown {key[:-1]} '{name}'; valid: {', '.join(allowed)}"
                      for name in lists[key] if name not in allowed]
     problems += [f"{source}: {key} '{merged[key]}' is not one of {', '.join(allowed)}"
-                 for key, allowed in _CHOICES.items() if merged[key] not in allowed]
+                 for key, allowed in {"protocol": tuple(PROTOCOLS), **_CHOICES}.items() if merged[key] not in allowed]
     workers = merged["workers"]
     workers = int(workers) if isinstance(workers, str) and re.fullmatch(r"\s*[0-9]{1,3}\s*", workers) else workers
     if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
@@ -667,9 +659,8 @@ def make_config(values, source="config", need_pred=False):
                     per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
                     gt_cache=_gt_cache_value(merged["gt_cache"], source, problems),
                     subsets=subset_specs(merged["subsets"], source, problems))
-    if config.gt_seg and "oi" in (config.protocol, *config.protocols):
-        problems.append(f"{source}: the oi protocol scores boxes (Open Images has no masks): leave out gt_seg "
-                        f"to evaluate in box mode")
+    for name in dict.fromkeys((config.protocol, *config.protocols)):
+        problems += PROTOCOLS[name].config_problems(config, source) if name in PROTOCOLS else []
     if problems:
         raise SGEvalError(problems)
     return config
@@ -1216,7 +1207,7 @@ class Evaluator:
         self.other_records = 0  # update_from_file: records of images outside the test split
 
     def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-               triplet_scores=None, ng_triplet_scores=None):
+               triplet_scores=None, ng_triplet_scores=None, row_lists=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
         image_id = str(image_id)
@@ -1225,12 +1216,13 @@ class Evaluator:
             raise SGEvalError([self._unknown_image(image_id, where)])
         image = self.gt.images[slot] if slot is not None else None
         height, width = (image.height, image.width) if image is not None else self.gt.skipped[image_id]
-        pred = update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets,
-                             len(self.gt.object_classes), self.settings, height, width,
-                             row_scores=(triplet_scores, ng_triplet_scores))
-        problem = oi_scores_problem(pred, self.settings, where)
-        if problem:
-            raise SGEvalError([problem])
+        fields = dict(labels=labels, triplets=triplets, masks=masks, boxes=boxes, scores=scores,
+                      ng_triplets=ng_triplets, triplet_scores=triplet_scores, ng_triplet_scores=ng_triplet_scores,
+                      row_lists=row_lists)
+        pred = update_prediction(image_id, where, fields, len(self.gt.object_classes), self.settings, height, width)
+        problems = protocol_problems(pred, self.settings, where)
+        if problems:
+            raise SGEvalError(problems)
         digest = prediction_digest(pred)
         if slot is None:
             return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
@@ -1396,8 +1388,7 @@ class Evaluator:
     def _counted(self, slots):
         """The Counted of the given GT slots (those without an update as predicting nothing)."""
         settings = self.settings
-        stores = {protocol: CountStore(len(slots), settings_shapes(settings, protocol))
-                  for protocol in settings.protocols}
+        stores = {name: CountStore(len(slots), PROTOCOLS[name].shapes(settings)) for name in settings.protocols}
         audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
         checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
         C = settings.n_predicates
@@ -1410,10 +1401,9 @@ class Evaluator:
             values = record.values if record is not None else pack_record(
                 evaluate_image(ImageTask(image, None, None, settings)), image, settings)
             columns, blocks, audit, check = unpack_record(values, settings)
-            for protocol, (fields, cells, listed) in blocks.items():
+            for protocol, fields in blocks.items():
                 stores[protocol].images[index] = columns, fields
-                stores[protocol].listed[index] = listed
-                np.add.at(confusion[protocol], cells[0], cells[1])
+                np.add.at(confusion[protocol], *fields["confusion"])
             if audit is not None:
                 audits[index] = audit
             checks[index] = check
@@ -1479,20 +1469,19 @@ def prediction_digest(pred):
 def pack_record(result, image, settings):
     """An image's ImageResult as one 1-D array of non-negative integers in the smallest unsigned
     dtype that holds them (unpack_record reads it back): the predicates of its GT relations (the
-    only columns where per-predicate counts can be non-zero), then per protocol its count fields
-    (per-predicate ones at those columns) and its confusion cells, the audit counts (when on) and
-    the CHECK_FIELDS counts."""
+    only columns where per-predicate counts can be non-zero), then per protocol its fixed-size
+    count fields in declared order (per-predicate ones at those columns) and its ragged ones
+    (their length, then the values), the audit counts (when on) and the CHECK_FIELDS counts."""
     columns = np.unique(image.relations[:, 2])
     parts = [[len(columns)], columns]
-    for protocol in settings.protocols:
-        counts = result.counts[protocol]
-        for field in settings_shapes(settings, protocol):
-            value = np.asarray(counts[field], np.int64)
-            parts.append(value[..., columns] if field in PER_PREDICATE_FIELDS else value)
-        cells = counts.get("confusion", np.zeros((2, 0), np.int64))
-        parts += [[cells.shape[1]], cells]
-        if protocol == "oi":
-            parts += [[counts["oi_dets"].shape[1]], counts["oi_dets"]]
+    for name in settings.protocols:
+        counts, fields = result.counts[name], PROTOCOLS[name].fields
+        for field in (field for field in fields if not field.ragged):
+            value = np.asarray(counts[field.name], np.int64)
+            parts.append(value[..., columns] if field.per_predicate else value)
+        for field in (field for field in fields if field.ragged):
+            value = counts.get(field.name, np.zeros((field.dims[0], 0), np.int64))
+            parts += [[value.shape[1]], value]
     parts += ([result.audit] if settings.audit else []) + [result.check]
     return _smallest(np.concatenate([np.asarray(part, np.int64).ravel() for part in parts]))
 
@@ -1505,10 +1494,9 @@ def _smallest(values):
 
 
 def unpack_record(values, settings):
-    """pack_record's array -> (columns, {protocol: (its count fields in count_shapes order, the
-    per-predicate ones at the columns only; confusion cells (2, U); oi: its listed rows (5, D) as
-    oi_counts gives them, else None)}, audit or None, check). ValueError when the array does not
-    have the layout."""
+    """pack_record's array -> (columns, {protocol: {field: array}} (per-predicate fields at the
+    columns only; a ragged field (rows, n)), audit or None, check). ValueError when the array does
+    not have the layout."""
     values = np.asarray(values).astype(np.int64)
     n_columns = int(values[0])
     columns, at, blocks = values[1:1 + n_columns], 1 + n_columns, {}
@@ -1523,18 +1511,17 @@ def unpack_record(values, settings):
         at += size
         return values[at - size:at].reshape(shape)
 
-    for protocol in settings.protocols:
-        shapes = settings_shapes(settings, protocol)
-        fields = [take(shape[:-1] + (n_columns,) if field in PER_PREDICATE_FIELDS else shape)
-                  for field, shape in shapes.items()]
-        cells = take((2, int(take((1,))[0])))
-        if cells.size and (cells[0].min() < 0 or cells[0].max() >= settings.n_predicates * (settings.n_predicates + 1)):
-            raise ValueError("a confusion cell is out of range")
-        listed = take((5, int(take((1,))[0]))) if protocol == "oi" else None
-        if listed is not None and listed.size and (listed[0].max() >= settings.n_predicates
-                                                   or listed[1:3].max() >= 1 << 32):
-            raise ValueError("an oi row is out of range")
-        blocks[protocol] = fields, cells, listed
+    for name in settings.protocols:
+        fields, blocks[name] = PROTOCOLS[name].fields, {}
+        for field in (field for field in fields if not field.ragged):
+            shape = field.shape(settings)
+            blocks[name][field.name] = take(shape[:-1] + (n_columns,) if field.per_predicate else shape)
+        for field in (field for field in fields if field.ragged):
+            blocks[name][field.name] = array = take((field.dims[0], int(take((1,))[0])))
+            bounds = field.bounds(settings)
+            if array.size and any(bound is not None and (row.min() < 0 or row.max() >= bound)
+                                  for row, bound in zip(array, bounds)):
+                raise ValueError(f"field '{field.name}' of protocol {name} is out of range")
     audit = take((len(AUDIT_FIELDS),)) if settings.audit else None
     check = take((len(CHECK_FIELDS),))
     if at != len(values):
@@ -1590,7 +1577,98 @@ def _state_arrays(state, keys, digest_size, n=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Update arguments: arrays checked with the file reader's rules
+# Predictions: one check, whichever way they come (Evaluator.update's arrays, a file's records)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PredImage:
+    """One image's prediction, checked. triplets / ng_triplets: (N, 3) int64 [s, o, p]."""
+
+    image_id: str
+    categories: np.ndarray  # (P,) int64
+    boxes: np.ndarray | None  # (P, 4) float64 (box mode)
+    scores: np.ndarray | None  # (P,) float64, None unless every instance has a score
+    triplets: np.ndarray
+    ng_triplets: np.ndarray
+    seg_filename: str | None
+    bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
+    triplet_scores: np.ndarray | None = None  # (N,) float64, one per row of triplets, when given
+    ng_triplet_scores: np.ndarray | None = None  # (M,) float64 for ng_triplets (the triplet_scores without them)
+    row_lists: dict = dataclasses.field(default_factory=dict)  # more named lists: {name: (rows (N, 3), scores)}
+
+    def row_list(self, names):
+        """(rows (N, 3), scores (N,) or None) of the first of the named lists this prediction has
+        (``triplets`` and ``ng_triplets`` are its own fields; ng_triplets defaults to triplets)."""
+        for name in names:
+            if name in self.row_lists:
+                return self.row_lists[name]
+            if name in ROW_FIELDS:
+                return getattr(self, name), getattr(self, ROW_FIELDS[name])
+        return NO_ROWS, None
+
+    def scores_field(self, names):
+        """The field that holds (or would hold) the scores of row_list(names), for problem lines."""
+        for name in names:
+            if name in self.row_lists:
+                return f"row_lists.{name}.scores"
+            if name == "ng_triplets" and self.ng_triplets is self.triplets:
+                return "triplet_scores"  # no ng_triplets given: the ng list is triplets
+            if name in ROW_FIELDS:
+                return ROW_FIELDS[name]
+        return f"row_lists.{names[0]}.scores"
+
+
+ROW_FIELDS = {"triplets": "triplet_scores", "ng_triplets": "ng_triplet_scores"}  # the two lists of the format's own
+ROW_LIST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+MAX_ROW_LISTS = 16  # named row lists of one prediction
+NO_ROWS = np.zeros((0, 3), np.int64)
+
+
+class Decoded(typing.NamedTuple):
+    """A prediction's fields as arrays, before checked_prediction checks what they hold."""
+
+    labels: np.ndarray  # (P,) int64
+    boxes: np.ndarray | None  # (P, 4) float64, or None (not given)
+    scores: np.ndarray | None  # (P,) float64, or None (not given for every instance)
+    lists: dict  # {name: (rows (N, 3) int64, scores (N,) float64 or None)}: triplets, ng_triplets, named lists
+    box_field: str  # how the source names a box ('boxes', 'bbox'), for the problem lines
+
+
+def checked_prediction(image_id, where, decoded, n_objects, n_predicates, mode, problems):
+    """The check every prediction passes, from Evaluator.update or a file -> PredImage (masks not
+    yet read), or None after appending every problem: at most MAX_INSTANCES instances, categories
+    and row indices in range, one score per row of a list, boxes required in box mode and there
+    x1 <= x2, y1 <= y2."""
+    labels, boxes, n = decoded.labels, decoded.boxes, len(decoded.labels)
+    if n > MAX_INSTANCES:
+        problems.append(f"{where}: {n} instances, more than the limit of {MAX_INSTANCES} per image")
+        return None
+    before = len(problems)
+    _check_indices(labels[:, None], "instance", [n_objects], ["category"], where, problems)
+    for name, (rows, scores) in decoded.lists.items():
+        label = name[:-1] if name in ROW_FIELDS else f"row_lists.{name} row"
+        _check_indices(rows, label, [n, n, n_predicates], ["instance", "instance", "predicate"], where, problems)
+        scores_field = ROW_FIELDS.get(name, f"row_lists.{name}.scores")
+        if scores is not None and len(scores) != len(rows):
+            problems.append(f"{where}: field '{scores_field}' has {len(scores)} scores for {len(rows)} rows of "
+                            f"'{name if name in ROW_FIELDS else f'row_lists.{name}.triplets'}'")
+    if mode == "box" and boxes is None:
+        problems.append(f"{where}: field '{decoded.box_field}' is required in box mode (no gt_seg)")
+    elif mode == "box" and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
+        bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
+        problems.append(f"{where}: instance {bad}: field '{decoded.box_field}' has x2 < x1 or y2 < y1")
+    if len(problems) > before or "triplets" not in decoded.lists:  # (a list that did not decode: its problem)
+        return None
+    lists = dict(decoded.lists)
+    triplets, triplet_scores = lists.pop("triplets")
+    ng_triplets, ng_triplet_scores = lists.pop("ng_triplets", (triplets, triplet_scores))
+    return PredImage(image_id, labels, boxes if mode == "box" else None, decoded.scores, triplets,
+                     ng_triplets, None, None, triplet_scores, ng_triplet_scores, lists)
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluator.update's arguments as arrays
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1634,56 +1712,64 @@ def _update_field(value, name, shape, kinds, where, problems):
     return None
 
 
-def update_arrays(image_id, where, labels, triplets, masks, boxes, scores, ng_triplets, n_objects, settings, height,
-                  width, row_scores=(None, None)):
-    """Evaluator.update's arguments checked as the file reader checks a record -> PredImage (its
-    masks packed); SGEvalError with every problem. height, width: the GT image's (None: not
-    checked). row_scores: (triplet_scores, ng_triplet_scores), each None when not given."""
+def update_prediction(image_id, where, fields, n_objects, settings, height, width):
+    """Evaluator.update's arguments (``fields``: its keyword arguments) -> PredImage, its masks
+    packed: the arrays decoded (_update_lists), then checked_prediction, the check a file's records
+    pass too. SGEvalError with every problem. height, width: the GT image's."""
     problems = [f"{where}: field '{name}' is required (an empty array is valid)"
-                for name, value in (("labels", labels), ("triplets", triplets)) if value is None]
+                for name in ("labels", "triplets") if fields.get(name) is None]
     if problems:
         raise SGEvalError(problems)
-    labels = _update_field(labels, "labels", (None,), "iu", where, problems)
-    rows = {name: _update_field(value, name, (None, 3), "iu", where, problems)
-            for name, value in (("triplets", triplets), ("ng_triplets", ng_triplets)) if value is not None}
-    if labels is None or any(array is None for array in rows.values()):
+    labels = _update_field(fields["labels"], "labels", (None,), "iu", where, problems)
+    lists = _update_lists(fields, where, problems)
+    if labels is None or lists is None:
         raise SGEvalError(problems)
     n = len(labels)
-    if n > MAX_INSTANCES:
-        raise SGEvalError([f"{where}: {n} instances, more than the limit of {MAX_INSTANCES} per image"])
-    _check_indices(labels[:, None], "instance", [n_objects], ["category"], where, problems)
-    for name, array in rows.items():
-        _check_indices(array, name[:-1], [n, n, settings.n_predicates], ["instance", "instance", "predicate"], where,
-                       problems)
-    boxes = None if boxes is None else _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
-    scores = None if scores is None else _update_field(scores, "scores", (n,), "iuf", where, problems)
-    row_scores = _update_row_scores(row_scores, rows, where, problems)
-    if settings.mode == "box" and boxes is None and not problems:
-        problems.append(f"{where}: field 'boxes' is required in box mode (no gt_seg)")
-    elif settings.mode == "box" and boxes is not None and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
-        bad = int(np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))[0])
-        problems.append(f"{where}: instance {bad}: field 'boxes' has x2 < x1 or y2 < y1")
+    boxes, scores = fields.get("boxes"), fields.get("scores")
+    if boxes is not None and n <= MAX_INSTANCES:  # (boxes that do not decode: checked no further)
+        boxes = _update_field(boxes, "boxes", (n, 4), "iuf", where, problems)
+        boxes = np.zeros((n, 4)) if boxes is None else boxes
+    scores = None if scores is None or n > MAX_INSTANCES else _update_field(scores, "scores", (n,), "iuf", where,
+                                                                            problems)
+    pred = checked_prediction(image_id, where, Decoded(labels, boxes, scores, lists, "boxes"), n_objects,
+                              settings.n_predicates, settings.mode, problems)
+    masks = fields.get("masks")
     bits = update_masks(masks, n, height, width, where, problems) \
-        if settings.mode == "mask" and (n or masks is not None) else None
+        if settings.mode == "mask" and n <= MAX_INSTANCES and (n or masks is not None) else None
     if problems:
         raise SGEvalError(problems)
-    triplets = rows["triplets"]
-    return PredImage(image_id, labels, boxes if settings.mode == "box" else None, scores, triplets,
-                     rows.get("ng_triplets", triplets), None, bits, *row_scores)
+    pred.bits = bits
+    return pred
 
 
-def _update_row_scores(row_scores, rows, where, problems):
-    """update's (triplet_scores, ng_triplet_scores) as (N,) float64 arrays of the rows' lengths, or
-    None (not given; without ng_triplets the ng scores are the triplet scores)."""
-    checked = []
-    for (field, rows_field), value in zip((("triplet_scores", "triplets"), ("ng_triplet_scores", "ng_triplets")),
-                                          row_scores):
-        if value is not None and rows_field not in rows:
-            problems.append(f"{where}: field '{field}' is given without '{rows_field}'")
-            value = None
-        n = len(rows[rows_field]) if rows_field in rows else 0
-        checked.append(None if value is None else _update_field(value, field, (n,), "iuf", where, problems))
-    return checked[0], checked[1] if "ng_triplets" in rows else checked[0]
+def _update_lists(fields, where, problems):
+    """{name: (rows (N, 3) int64, scores (N,) float64 or None)} of update's triplets, ng_triplets
+    (when given), their scores and row_lists; None after a problem."""
+    before, lists = len(problems), {}
+    for name, scores_name in ROW_FIELDS.items():
+        rows, scores = fields.get(name), fields.get(scores_name)
+        if rows is None and scores is not None:
+            problems.append(f"{where}: field '{scores_name}' is given without '{name}'")
+        if rows is not None:
+            lists[name] = (_update_field(rows, name, (None, 3), "iu", where, problems),
+                           None if scores is None else _update_field(scores, scores_name, (None,), "iuf", where,
+                                                                     problems))
+    named = fields.get("row_lists") or {}
+    if not isinstance(named, collections.abc.Mapping) or len(named) > MAX_ROW_LISTS:
+        problems.append(f"{where}: field 'row_lists' must map at most {MAX_ROW_LISTS} names to row lists")
+        named = {}
+    for name, value in named.items():
+        if not isinstance(name, str) or not ROW_LIST_NAME.fullmatch(name) or name in ROW_FIELDS:
+            problems.append(f"{where}: field 'row_lists': {name!r} is not a list name (1 to 64 letters, digits, "
+                            f"'.', '_', '+', '-'; not triplets or ng_triplets)")
+            continue
+        if isinstance(value, collections.abc.Mapping):
+            value = value.get("triplets"), value.get("scores")
+        rows, scores = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+        lists[name] = (_update_field(rows, f"row_lists.{name}.triplets", (None, 3), "iu", where, problems),
+                       None if scores is None else _update_field(scores, f"row_lists.{name}.scores", (None,),
+                                                                 "iuf", where, problems))
+    return lists if len(problems) == before else None
 
 
 def update_masks(masks, n, height, width, where, problems):
@@ -1744,22 +1830,6 @@ def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems)
 # ---------------------------------------------------------------------------------------------
 # Readers and validation: prediction files (the file path's updates)
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class PredImage:
-    """One prediction record. triplets / ng_triplets: (N, 3) int64 [s, o, p]."""
-
-    image_id: str
-    categories: np.ndarray  # (P,) int64
-    boxes: np.ndarray | None  # (P, 4) float64 (box mode)
-    scores: np.ndarray | None  # (P,) float64, None unless every instance has a score
-    triplets: np.ndarray
-    ng_triplets: np.ndarray
-    seg_filename: str | None
-    bits: np.ndarray | None = None  # (P, W) packed masks given as arrays (Evaluator.update); else the TIFF's
-    triplet_scores: np.ndarray | None = None  # (N,) float64, one per row of triplets, when given
-    ng_triplet_scores: np.ndarray | None = None  # (M,) float64 for ng_triplets (the triplet_scores without them)
 
 
 class PredSource:
@@ -1960,7 +2030,8 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
 
 
 def _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen, problems):
-    """One image record checked -> PredImage, or None after appending its problems."""
+    """One image record of a file: its JSON decoded to arrays, then checked_prediction (the check
+    Evaluator.update's arrays pass) -> PredImage, or None after appending its problems."""
     if not isinstance(record, dict) or type(record.get("id")) not in (int, str):
         problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
         return None
@@ -1970,63 +2041,76 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
         problems.append(f"{where}: duplicate image id")
         return None
     seen.add(image_id)
-    instances = _instances(record, where, mode, n_objects, problems)
+    instances = _instances(record, where, mode, problems)
     if "triplets" not in record:
         problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
         return None
-    ng_given = record.get("ng_triplets") is not None  # else the triplets are the ng_triplets
-    triplets = rows_array(record["triplets"], 3)
-    ng_triplets = rows_array(record["ng_triplets"], 3) if ng_given else triplets
-    bad = [field for field, rows in (("triplets", triplets), ("ng_triplets", ng_triplets))
-           if rows is None and (ng_given or field == "triplets")]
-    problems += [f"{where}: field '{field}' must be a list of [3 integers] rows" for field in bad]
-    row_scores = _row_scores(record, where, triplets, ng_triplets, ng_given, problems)
-    if instances is None or bad or row_scores is None:
-        return None
-    categories, boxes, scores = instances
     before = len(problems)
-    for field, rows in [("triplet", triplets)] + [("ng_triplet", ng_triplets)] * ng_given:
-        _check_indices(rows, field, [len(categories)] * 2 + [n_predicates],
-                       ["instance", "instance", "predicate"], where, problems)
-    seg_filename = record.get("seg_filename")
-    if mode == "mask" and len(categories):
+    lists = _record_lists(record, where, problems)  # the lists that decode (every problem is reported)
+    if instances is None:
+        return None
+    pred = checked_prediction(image_id, where, Decoded(*instances, lists, "bbox"), n_objects, n_predicates, mode,
+                              problems)
+    if len(problems) > before:
+        return None
+    before, seg_filename = len(problems), record.get("seg_filename")
+    if mode == "mask" and len(instances[0]):
         if not isinstance(seg_filename, str) or not seg_filename:
             problems.append(f"{where}: field 'seg_filename' is required in mask mode")
         elif unsafe_member(seg_filename):
             problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
         elif members is not None and seg_filename not in members:
             problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-    if len(problems) > before:
+    if pred is None or len(problems) > before:
         return None
-    return PredImage(image_id, categories, boxes, scores, triplets, ng_triplets,
-                     seg_filename if isinstance(seg_filename, str) else None, None, *row_scores)
+    pred.seg_filename = seg_filename if isinstance(seg_filename, str) else None
+    return pred
 
 
-def _row_scores(record, where, triplets, ng_triplets, ng_given, problems):
-    """(triplet_scores, ng_triplet_scores) of a record, each (N,) float64 or None when not given
-    (without ng_triplets, the ng list is the triplets and so are its scores); None after a problem."""
-    found = []
-    for field, rows in (("triplet_scores", triplets), ("ng_triplet_scores", ng_triplets)):
-        value = record.get(field)
-        if value is None:
-            found.append(None)
-        elif field == "ng_triplet_scores" and not ng_given:
-            problems.append(f"{where}: field 'ng_triplet_scores' is given without 'ng_triplets'")
-        elif not isinstance(value, list) or _float_array(value) is None:
-            problems.append(f"{where}: field '{field}' must be a list of finite numbers, one per row")
-        elif rows is not None and len(value) != len(rows):
-            problems.append(f"{where}: field '{field}' has {len(value)} scores for {len(rows)} rows "
-                            f"of '{field.replace('_scores', 's')}'")
+def _record_lists(record, where, problems):
+    """{name: (rows (N, 3) int64, scores (N,) float64 or None)} of a record's triplets, its
+    ng_triplets when given (``null``: not given), their scores and its row_lists: those that
+    decode, the others' problems appended."""
+    lists = {}
+    for name, scores_name in ROW_FIELDS.items():
+        if name == "ng_triplets" and record.get(name) is None:
+            if record.get(scores_name) is not None:
+                problems.append(f"{where}: field '{scores_name}' is given without '{name}'")
+            continue
+        lists[name] = _json_rows(record.get(name), record.get(scores_name), name, scores_name, where, problems)
+    named = record.get("row_lists")
+    if named is not None and (not isinstance(named, dict) or len(named) > MAX_ROW_LISTS):
+        problems.append(f"{where}: field 'row_lists' must be an object of at most {MAX_ROW_LISTS} named lists")
+        named = None
+    for name, value in (named or {}).items():
+        if not ROW_LIST_NAME.fullmatch(name) or name in ROW_FIELDS:
+            problems.append(f"{where}: field 'row_lists': {name!r} is not a list name (1 to 64 letters, digits, "
+                            f"'.', '_', '+', '-'; not triplets or ng_triplets)")
+        elif not isinstance(value, dict) or not set(value) <= {"triplets", "scores"}:
+            problems.append(f"{where}: field 'row_lists.{name}' must be an object with 'triplets' and optional "
+                            f"'scores'")
         else:
-            found.append(_float_array(value))
-    if len(found) < 2:
-        return None
-    return found[0], found[1] if ng_given else found[0]
+            lists[name] = _json_rows(value.get("triplets"), value.get("scores"), f"row_lists.{name}.triplets",
+                                     f"row_lists.{name}.scores", where, problems)
+    return {name: (rows, scores) for name, (rows, scores) in lists.items() if rows is not None}
 
 
-def _instances(record, where, mode, n_objects, problems):
+def _json_rows(rows, scores, field, scores_field, where, problems):
+    """(rows (N, 3) int64, scores (N,) float64 or None) of a JSON list of rows and its scores
+    (None: not given); rows None after a problem with them, scores None after one with them."""
+    array = rows_array(rows, 3)
+    if array is None:
+        problems.append(f"{where}: field '{field}' must be a list of [3 integers] rows")
+    score_array = None if scores is None else _float_array(scores) if isinstance(scores, list) else None
+    if scores is not None and score_array is None:
+        problems.append(f"{where}: field '{scores_field}' must be a list of finite numbers, one per row")
+    return array, score_array
+
+
+def _instances(record, where, mode, problems):
     """(categories (P,), boxes (P, 4) in box mode else None, scores (P,) or None unless every
-    instance has one) from any of the three instance-list spellings; None after a problem."""
+    instance has one) from any of the three instance-list spellings, as JSON types; None after a
+    problem. (checked_prediction checks their values.)"""
     if "instances" in record or "annotation" in record:
         items = record.get("instances", record.get("annotation"))
         if not isinstance(items, list) or not _types(items) <= {dict}:
@@ -2046,21 +2130,15 @@ def _instances(record, where, mode, n_objects, problems):
     else:
         problems.append(f"{where}: no instance list ('instances', 'annotation' or 'categories')")
         return None
-    if len(categories) > MAX_INSTANCES:
-        problems.append(f"{where}: {len(categories)} instances, more than the limit of {MAX_INSTANCES} per image")
-        return None
     category_array = int_array(categories)
     if category_array is None:
         problems.append(f"{where}: field 'category' must be an integer for every instance")
         return None
-    _check_indices(category_array[:, None], "instance", [n_objects], ["category"], where, problems)
     boxes_P4 = box_array(boxes)
-    if boxes_P4 is None or mode == "box" and (
-            (boxes_P4[:, 2] < boxes_P4[:, 0]) | (boxes_P4[:, 3] < boxes_P4[:, 1])).any():
-        problem = _box_problem(boxes, mode)  # the checks one by one, to word the problem
-        if problem:
-            problems.append(f"{where}: {problem}")
-            return None
+    problem = _box_problem(boxes, mode) if boxes_P4 is None else None  # the checks one by one, to word it
+    if problem:
+        problems.append(f"{where}: {problem}")
+        return None
     score_array = _float_array(scores)
     if score_array is None:
         bad = [i for i, v in enumerate(scores) if v is not None and _float_array([v]) is None]
@@ -2071,7 +2149,8 @@ def _instances(record, where, mode, n_objects, problems):
 
 
 def _box_problem(boxes, mode):
-    """The first problem of the instances' boxes (required in box mode, checked when given)."""
+    """The first problem of the instances' boxes as JSON values (required in box mode, checked
+    when given)."""
     for index, box in enumerate(boxes):
         if box is None and mode == "mask":
             continue
@@ -2081,8 +2160,6 @@ def _box_problem(boxes, mode):
             text = "field 'bbox' must be [x1, y1, x2, y2]: four numbers"
         elif _float_array(box) is None:
             text = "field 'bbox' holds NaN, inf or a number beyond the float range"
-        elif mode == "box" and (box[2] < box[0] or box[3] < box[1]):
-            text = "field 'bbox' has x2 < x1 or y2 < y1"
         else:
             continue
         return f"instance {index}: {text}"
@@ -2811,8 +2888,6 @@ def first_positions(sequence_keys_N, query_keys_Q):
     return first
 
 
-MATCHERS = {"unique": match_unique, "multimpo": best_candidates}
-
 
 def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) as a LegacyTool computes it: float32 throughout, tool.pixel added to widths and
@@ -2869,7 +2944,6 @@ def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
 
 AUDIT_FIELDS = ("repeated_triplets", "repeated_pairs", "self_pairs", "duplicate_instances",
                 "absorbed_instances", "dropped_instances", "duplicate_relations_after_merge")
-_NO_TRIPLETS = np.zeros((0, 3), np.int64)
 
 
 def merge_order(pred):
@@ -3026,51 +3100,421 @@ def gt_masks_as_predictions(gt, threshold, gt_cache=None):
                                                     threshold))
 
 
+def evaluate_image(task):
+    """One image under every protocol of the run -> ImageResult (a worker's unit of work): the
+    task's instances (task_instances), their IoU with the GT's (image_iou), the SingleMPO merge
+    when the audit or a protocol needs it, then each protocol's counts (Protocol.image_counts)."""
+    gt, pred, settings = task.gt, task.pred, task.settings
+    units = [PROTOCOLS[name] for name in settings.protocols]
+    if pred is None or not len(pred.categories):  # no instances: no triplets either (checked)
+        return _empty_result(gt, settings, units)
+    task_pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
+    as_gt = settings.task == "predcls" and not check["instance_count_differs"]
+    check = list(check.values())
+    needs_merge = any(unit.needs_merge for unit in units)
+    merging = settings.audit or needs_merge  # needs every mask
+    try:
+        iou, masks = image_iou(task, task_pred, as_gt, merging)
+    except SGEvalError as error:
+        return ImageResult(None, None, error.problems, check)
+    merge = merge_prediction(task_pred, masks, gt.width, needs_merge) if merging else None
+    compared = Compared(gt, task_pred, pred, iou, masks, merge, on_gt_pairs if settings.task != "sgdet" else None,
+                        settings)
+    counts = {unit.name: unit.image_counts(compared) for unit in units}
+    return ImageResult(counts, audit_counts(task_pred, merge, gt.width) if settings.audit else None, [], check)
+
+
+def image_iou(task, pred, as_gt, merging):
+    """(IoU (P, G) of pred's instances with the GT's, -1 where the categories differ; the Masks
+    behind it in mask mode, else None). as_gt: predcls in mask mode, the GT's masks stand for the
+    predicted ones; without merging only the masks of the GT's categories are decoded."""
+    gt, settings = task.gt, task.settings
+    if settings.mode == "box":
+        return box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories), None
+    if as_gt:
+        masks = gt_masks_as_predictions(gt, settings.iou_threshold, task.gt_cache)
+    else:
+        needed = None if merging else np.isin(pred.categories, gt.categories)
+        masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold, task.gt_cache)
+    return masks.iou, masks
+
+
+def _empty_result(gt, settings, units):
+    """The ImageResult of an image without a prediction record, or whose record has no instances."""
+    counts = {unit.name: unit.empty_counts(gt, settings) for unit in units}
+    check = dict.fromkeys(CHECK_FIELDS, 0)
+    check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
+    return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
+
+
+def protocol_problems(pred, settings, where):
+    """The problem lines of a checked prediction that a protocol of the run cannot read."""
+    return [problem for problem in (PROTOCOLS[name].record_problem(pred, where) for name in settings.protocols)
+            if problem]
+
+
+# ---------------------------------------------------------------------------------------------
+# Count fields: every per-image count, declared once
+# ---------------------------------------------------------------------------------------------
+
+
+class CountField(typing.NamedTuple):
+    """One per-image count of a protocol. ``dims`` is its shape in symbols (``dimensions``): K
+    cut-offs, K+1 (and one more cut-off), IMR the imr_k cut-offs, S subsets, C predicates, an int a
+    fixed size, n a length the record stores before the values (a ragged field). A field whose last
+    axis is C is per-predicate: a record keeps it at the predicates of the image's GT only. ``key``,
+    ``family`` and ``total``: the per_image file's name of the field, the metric family its hits are
+    behind and the field that is their denominator. ``bounds``: a ragged field's upper bound per
+    row (a function of Settings; None: any count)."""
+
+    name: str
+    dims: tuple
+    meaning: str
+    key: str | None = None
+    family: str | None = None
+    total: str | None = None
+    bounds: typing.Callable | None = None
+
+    @property
+    def per_predicate(self):
+        return self.dims[-1:] == ("C",)
+
+    @property
+    def ragged(self):
+        return "n" in self.dims
+
+    def shape(self, settings):
+        sizes = dimensions(settings)
+        return tuple(sizes.get(dim, dim) for dim in self.dims)
+
+
+def dimensions(settings):
+    """The sizes of the CountField symbols under a run's Settings."""
+    K = len(settings.k)
+    return {"K": K, "K+1": K + 1, "IMR": len(settings.imr_k), "S": len(settings.subsets), "C": settings.n_predicates}
+
+
+RECALL_FIELDS = (  # every protocol counts these, in this order (a record's layout)
+    CountField("gt_rel", ("C",), "GT relations (duplicates removed; sgb: every row of the file)", "gt_relations"),
+    CountField("gc_hits", ("K", "C"), "GT relations the R@k selection finds", "R@", "R", "gt_rel"),
+    CountField("ng_hits", ("K", "C"), "GT relations the ngR@k selection finds", "ngR@", "ngR", "gt_rel"),
+    CountField("gt_pairs", (), "distinct GT subject-object pairs", "gt_pairs"),
+    CountField("pair_hits", ("K",), "GT pairs a row of the R@k selection finds", "PR@", "PR", "gt_pairs"),
+    CountField("inf_hits", ("C",), "GT relations with both instances matched", "R@inf", "Rinf", "gt_rel"),
+    CountField("gt_inst", (), "GT instances", "gt_instances"),
+    CountField("inst_hits", (), "GT instances matched", "InstR", "InstR", "gt_inst"),
+    CountField("rank_sum", ("C",), "PRank: the ranks of the GT relations that appear, summed"),
+    CountField("rank_n", ("C",), "PRank: the GT relations that appear"),
+    CountField("z_gt", (), "zero-shot GT relations", "gt_zeroshot"),
+    CountField("z_gc_hits", ("K",), "zero-shot GT relations the R@k selection finds", "zR@", "zR", "z_gt"),
+    CountField("z_ng_hits", ("K",), "zero-shot GT relations the ngR@k selection finds", "ngzR@", "ngzR", "z_gt"),
+    CountField("imr_hits", ("IMR", "C"), "GT relations among the first k rows of their predicate"),
+    CountField("imr_short", ("IMR",), "1 when a predicate of the GT has fewer than k rows listed"),
+    CountField("a_hits", ("K",), "A@k: GT relations the rows on GT pairs find (sgcls, predcls)", "A@", "A", "gt_rel"),
+    CountField("subset_gt", ("S", "C"), "GT relations of each named subset"),
+    CountField("subset_gc_hits", ("S", "K", "C"), "subset GT relations the R@k selection finds"),
+    CountField("subset_ng_hits", ("S", "K", "C"), "subset GT relations the ngR@k selection finds"),
+    CountField("confusion", (2, "n"), "predicate confusion: [cell, count] columns (confusion_cells)",
+               bounds=lambda settings: (settings.n_predicates * (settings.n_predicates + 1), None)),
+)
+
+
+def field_shapes(fields, settings):
+    """{name: shape} of the fixed-size fields among fields (the image axis excluded)."""
+    return {field.name: field.shape(settings) for field in fields if not field.ragged}
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocols: one unit each, holding how it matches, what it counts and how it reports
+# ---------------------------------------------------------------------------------------------
+
+
+class Compared(typing.NamedTuple):
+    """One image's GT and prediction compared: what every protocol's counts start from."""
+
+    gt: GTImage
+    pred: PredImage  # the instances the protocols match under the task (task_instances)
+    stored: PredImage  # the record as stored
+    iou: np.ndarray  # (P, G) IoU of pred's instances with the GT's, -1 where the categories differ
+    masks: typing.Any  # mask mode: the Masks behind iou (None in box mode)
+    merge: typing.Any  # the SingleMPO Merge, when the audit or a protocol needs it
+    on_gt_pairs: np.ndarray | None  # sgcls / predcls: (T,) bool, the rows of triplets on a GT relation's pair
+    settings: typing.Any
+
+
 class Matching(typing.NamedTuple):
     """How one protocol relates an image's predictions to its GT."""
 
-    protocol: str
     pred_to_gt: np.ndarray | None  # (P,) or (N,) over SingleMPO nodes, -1 = unmatched; None for legacy
     node_of: np.ndarray | None  # singlempo: (P,) node of each instance, -1 = dropped
     ok: np.ndarray | None  # legacy: (P, G) bool, IoU >= threshold and same category
 
 
-def protocol_counts(gt, matching, triplets, ng_triplets, settings):
-    """image_counts of one image's triplet lists under one protocol's Matching."""
-    protocol = matching.protocol
-    if protocol in LEGACY:
+class Protocol:
+    """A protocol: one unit holding everything that is its own (its matching, its count fields and
+    their shapes, how its metrics come from them, its fixed rules, the row lists it reads, its
+    table note). Shared code asks the unit (PROTOCOLS[name]) and never tests a name.
+
+    This base holds the fair protocols' rules: a prediction (or node) maps to at most one GT
+    instance; R@k walks ``triplets`` under the graph constraint, ngR@k the distinct rows of
+    ``ng_triplets``; every count of RECALL_FIELDS; the config's aggregation rules."""
+
+    name = ""
+    summary = ""  # one line for --help and the docs
+    compare = True  # one of the recall protocols --compare-protocols runs
+    tool = None  # the LegacyTool whose numbers it reproduces
+    fields = RECALL_FIELDS  # its count fields, in record order
+    lists = {"gc": ("triplets",), "ng": ("ng_triplets",)}  # the row lists it reads: per role, the first given
+    needs_merge = False  # it matches the SingleMPO merge's nodes
+    graph_constraint = True  # R@k: the first row of each predicted pair (else of each distinct triplet)
+    fixed_rules = None  # the aggregation rules its tool fixes, whatever the config says
+    scalar_keys = ()  # its metrics without a cut-off (the table prints them in one line)
+
+    def __repr__(self):
+        return f"<protocol {self.name}>"
+
+    def config_problems(self, config, source):
+        """Problem lines when the config asks this protocol for something it cannot do."""
+        return []
+
+    def record_problem(self, pred, where):
+        """The problem line when a prediction lacks what this protocol reads, else None."""
+        return None
+
+    def shapes(self, settings):
+        return field_shapes(self.fields, settings)
+
+    def rows(self, pred, role):
+        """(rows (N, 3), scores (N,) or None) of the first list of the role the prediction gives."""
+        return pred.row_list(self.lists[role])
+
+    def match(self, compared):
+        """The Matching of an image."""
+        return Matching(match_unique(compared.iou, compared.settings.iou_threshold), None, None)
+
+    def count(self, compared, matching, triplets, ng_triplets):
+        """The count fields of the given rows under a Matching (image_counts)."""
+        gt, settings = compared.gt, compared.settings
+        return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets,
+                            ng_triplets, settings.k, settings.imr_k, settings.n_predicates, self.graph_constraint,
+                            settings.confusion_k, gt.subsets)
+
+    def image_counts(self, compared):
+        """Every count field of one image; with the task's instances (sgcls, predcls) A@k's hits:
+        R@k's hits of the rows of triplets on GT pairs."""
+        matching = self.match(compared)
+        counts = self.count(compared, matching, self.rows(compared.pred, "gc")[0], self.rows(compared.pred, "ng")[0])
+        if compared.on_gt_pairs is not None:
+            restricted = self.count(compared, matching, self.rows(compared.pred, "gc")[0][compared.on_gt_pairs],
+                                    NO_ROWS)
+            counts["a_hits"] = restricted["gc_hits"].sum(axis=1)
+        return counts
+
+    def empty_counts(self, gt, settings):
+        """The counts of an image without a prediction record (or without instances)."""
+        return image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), NO_ROWS, NO_ROWS,
+                            settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k, gt.subsets)
+
+    def rules(self, config):
+        """The aggregation rules its numbers follow."""
+        return dict(self.fixed_rules) if self.fixed_rules else \
+            {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
+
+    def families(self, config):
+        """The metric families it reports of those the config asks for."""
+        return [family for family in config.metrics if family != "A" or config.task != "sgdet"]
+
+    def metrics(self, config, store, training, groups, subsets):
+        """(metrics, per_predicate, rules) from its CountStore: aggregate under its rules, the
+        predicate groups' and the subsets' means."""
+        rules, wanted = self.rules(config), self.families(config)
+        metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
+                                           rules["aggregation"], training.pairs, config.wimr_tau)
+        metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
+        subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
+        metrics.update(subset_values)
+        per_predicate.update(subset_per_predicate)
+        return metrics, per_predicate, rules
+
+    def per_image_columns(self, store, config, families):
+        """per_image's columns {key: (I,) or (I, K) int64}: the hits behind each R-type metric of
+        the families (CountField.family) and their denominators."""
+        fields = {field.name: field for field in self.fields}
+        columns = {}
+        for field in self.fields:
+            if field.family in families:
+                for name, key in ((field.total, fields[field.total].key), (field.name, field.key)):
+                    array = store[name]
+                    columns[key] = array.sum(axis=-1) if fields[name].per_predicate else array
+        columns.update(_subset_columns(store, config.k, [spec.name for spec in config.subsets], families))
+        return columns
+
+    def table_note(self, section, results):
+        """A line under the table about its rules, or None."""
+        return None
+
+
+class Unique(Protocol):
+    name = "unique"
+    summary = "each GT instance keeps its best same-category prediction (Algorithm 2); graph-constrained R@k"
+
+
+class MultiMPO(Protocol):
+    name = "multimpo"
+    summary = "every prediction maps to its best GT instance; R@k over distinct triplets, no graph constraint"
+    graph_constraint = False
+
+    def match(self, compared):
+        return Matching(best_candidates(compared.iou, compared.settings.iou_threshold), None, None)
+
+
+class SingleMPO(Protocol):
+    name = "singlempo"
+    summary = "duplicate predictions merged into nodes (mask IoU >= 0.5, pixels claimed), then unique"
+    needs_merge = True
+
+    def match(self, compared):
+        gt, masks, merge, settings = compared.gt, compared.masks, compared.merge, compared.settings
+        node_iou = compared.iou[merge.source] if masks is None else mask_iou(
+            masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, compared.pred.categories[merge.source],
+            mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
+        return Matching(match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
+
+    def count(self, compared, matching, triplets, ng_triplets):
+        triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
+        return super().count(compared, matching, triplets, ng_triplets)
+
+
+class LegacyProtocol(Protocol):
+    """A legacy tool's rules: no instance mapping, the rows as written, a row hits every GT
+    relation whose predicate it has and whose instances its ends meet (IoU and category; the tool's
+    own box IoU in box mode); ngR@k from the first LEGACY_NG_LIST rows; an image without rows left
+    out of every mean; absent predicates count 0, per-image means."""
+
+    fixed_rules = {"absent_predicates": "zero", "aggregation": "per_image"}
+    gt_rows_of_file = False  # count every relation row of the GT file, duplicates included
+
+    def match(self, compared):
+        gt, pred, settings = compared.gt, compared.pred, compared.settings
+        if settings.mode == "box":
+            iou = legacy_box_iou(self.tool, gt.boxes, gt.categories, pred.boxes, pred.categories)
+            return Matching(None, None, iou >= np.float32(settings.iou_threshold))
+        return Matching(None, None, compared.iou >= settings.iou_threshold)
+
+    def count(self, compared, matching, triplets, ng_triplets):
+        gt, settings = compared.gt, compared.settings
         if not len(triplets):
-            return left_out_counts(settings, protocol)
-        rows = slice(None) if protocol == "openpsg" else gt.file_rows  # sgb and oi count every GT row of the file
+            return self.left_out(settings)
+        rows = gt.file_rows if self.gt_rows_of_file else slice(None)
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
                              settings.imr_k, settings.n_predicates, settings.confusion_k,
                              None if gt.subsets is None else gt.subsets[rows])
-    if matching.node_of is not None:
-        triplets, ng_triplets = (remap_to_nodes(rows, matching.node_of) for rows in (triplets, ng_triplets))
-    return image_counts(gt.relations, gt.zeroshot, len(gt.categories), matching.pred_to_gt, triplets, ng_triplets,
-                        settings.k, settings.imr_k, settings.n_predicates, protocol != "multimpo", settings.confusion_k,
-                        gt.subsets)
+
+    def left_out(self, settings):
+        """The counts of an image left out of every mean (all zero, GT included)."""
+        return {name: np.zeros(shape, np.int64) for name, shape in self.shapes(settings).items()}
+
+    def empty_counts(self, gt, settings):
+        return self.left_out(settings)
+
+    def table_note(self, section, results):
+        return (f"{self.name}: {self.tool.name}'s rules: absent predicates count 0, per-image means; "
+                f"{section['images_left_out']} images without predicted relations left out of every mean")
 
 
-def legacy_ok(protocol, gt, pred, iou, settings):
-    """openpsg / sgb: which predictions meet the IoU with which GT instances; in box mode the
-    tool's own float32 IoU, compared in float32."""
-    if settings.mode == "box":
-        iou = legacy_box_iou(LEGACY[protocol], gt.boxes, gt.categories, pred.boxes, pred.categories)
-        return iou >= np.float32(settings.iou_threshold)
-    return iou >= settings.iou_threshold
+class OpenPSG(LegacyProtocol):
+    name = "openpsg"
+    summary = "OpenPSG's evaluator: rows as written, many-to-many, its float32 box IoU"
+    tool = LegacyTool("OpenPSG", 0, 1e-6)
 
 
-def oi_list(pred):
-    """PySGG's Open Images list of a prediction (oi_evaluation.py:203-228): the rows of ng_triplets
-    by ng_triplet_scores, descending (ties keep the written order), the first OI_TOP of them, and
-    of those the rows scoring above OI_MIN_SCORE -> (rows (N, 3), scores (N,))."""
-    if pred is None or not len(pred.ng_triplets):
-        return _NO_TRIPLETS, np.zeros(0)
-    scores = pred.ng_triplet_scores
-    order = np.argsort(-scores, kind="stable")[:OI_TOP]
-    order = order[scores[order] > OI_MIN_SCORE]
-    return pred.ng_triplets[order], scores[order]
+class SGB(LegacyProtocol):
+    name = "sgb"
+    summary = "Scene-Graph-Benchmark's evaluator: as openpsg, +1 box IoU, every GT row of the file"
+    tool = LegacyTool("Scene-Graph-Benchmark", 1, None)
+    gt_rows_of_file = True
+
+
+OI_TOP = 100  # oi: PySGG's Open Images evaluation ranks the 100 best-scored rows (oi_evaluation.py:151, 211)
+OI_MIN_SCORE = 1e-5  # ... and keeps those scoring above this (oi_evaluation.py:225)
+OI_SCORE_K = "50"  # ... and its score_wtd weighs R@50 (oi_evaluation.py:366)
+OI_SCALARS = ("mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score", "score_wtd")  # its metrics besides R@k
+OI_FIELDS = (
+    CountField("oi_gt", (), "every GT relation row of the file", "gt_relations"),
+    CountField("oi_hits", ("K+1",), "GT rows the first k rows of the scored list hit (each cut-off, OI_SCORE_K)",
+               "R@"),
+    CountField("oi_npos", ("C",), "GT rows per predicate (the APs' positives)"),
+    CountField("oi_dets", (5, "n"), "per listed row: predicate, its score's float64 bits (high, low 32), the GT "
+               "row + 1 its relationship AP and its phrase AP take (0: none)",
+               bounds=lambda settings: (settings.n_predicates, 1 << 32, 1 << 32, None, None)),
+)
+
+
+class OpenImages(SGB):
+    """PySGG's Open Images evaluation (``pysgg/data/datasets/evaluation/oi/``; every rule with file
+    and line: tools/oi_check/README.md), box mode only: R@k of its scored list over every GT row,
+    AP_rel / AP_phr per predicate, mAP, wmAP, score and score_wtd; and beside them the mR@k PySGG
+    prints, of ``triplets`` under sgb's rules."""
+
+    name = "oi"
+    summary = "PySGG's Open Images evaluation: its scored list's R@k, AP_rel, AP_phr, score_wtd (box mode)"
+    compare = False
+    tool = LegacyTool("PySGG (Open Images)", 1, None)
+    fields = RECALL_FIELDS + OI_FIELDS
+    lists = {**Protocol.lists, "oi": ("oi", "ng_triplets")}  # its scored list: row_lists.oi, else ng_triplets
+    scalar_keys = OI_SCALARS
+
+    def config_problems(self, config, source):
+        if config.gt_seg:
+            return [f"{source}: the oi protocol scores boxes (Open Images has no masks): leave out gt_seg to "
+                    f"evaluate in box mode"]
+        return []
+
+    def record_problem(self, pred, where):
+        rows, scores = self.rows(pred, "oi")
+        if len(rows) and scores is None:
+            return (f"{where}: the oi protocol ranks the rows by their scores: field "
+                    f"'{pred.scores_field(self.lists['oi'])}' is required (one number per row)")
+        return None
+
+    def image_counts(self, compared):
+        counts = super().image_counts(compared)
+        # PySGG scores its Open Images list with the stored boxes and labels, in every task
+        counts.update(oi_counts(compared.gt, compared.stored, self.rows(compared.stored, "oi"), compared.settings))
+        return counts
+
+    def empty_counts(self, gt, settings):
+        counts = self.left_out(settings)
+        counts.update(oi_counts(gt, None, (NO_ROWS, np.zeros(0)), settings))
+        return counts
+
+    def families(self, config):
+        return ["mR"]  # its own R@k ranks another list: of the recall families only the mR PySGG prints
+
+    def metrics(self, config, store, training, groups, subsets):
+        metrics, per_predicate, rules = super().metrics(config, store, training, groups, subsets)
+        oi_values, oi_per_predicate = oi_metrics(store, config.k)
+        return {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}, rules
+
+    def per_image_columns(self, store, config, families):
+        return {"gt_relations": store["oi_gt"], "R@": store["oi_hits"][:, :-1]}
+
+    def table_note(self, section, results):
+        predicates = len(results["gt_relations_per_predicate"]) + len(results["absent_predicates"])
+        return (f"{self.name}: {self.tool.name}'s rules: R@k pooled over every GT row, AP per predicate over all "
+                f"images, mAP over all {predicates} predicates; mR as sgb ({section['images_left_out']} images "
+                f"without triplets left out of it)")
+
+
+def oi_list(rows_N3, scores_N):
+    """PySGG's Open Images list of a prediction's scored rows (oi_evaluation.py:203-228): by score,
+    descending (ties keep the written order), the first OI_TOP of them, and of those the rows
+    scoring above OI_MIN_SCORE -> (rows (N, 3), scores (N,))."""
+    if not len(rows_N3):
+        return NO_ROWS, np.zeros(0)
+    order = np.argsort(-scores_N, kind="stable")[:OI_TOP]
+    order = order[scores_N[order] > OI_MIN_SCORE]
+    return rows_N3[order], scores_N[order]
 
 
 def _union_boxes(a_N4, b_N4):
@@ -3092,7 +3536,7 @@ def oi_candidates(gt, pred, iou_PG, relations_R3, rows_N3, threshold):
     valid = same & (pred.categories[s][:, None] == gt.categories[gs][None]) \
         & (pred.categories[o][:, None] == gt.categories[go][None])
     relationship = np.minimum(iou_PG[s][:, gs], iou_PG[o][:, go])
-    phrase = legacy_box_iou(LEGACY["oi"], _union_boxes(gt.boxes[gs], gt.boxes[go]), np.zeros(len(gs), np.int64),
+    phrase = legacy_box_iou(OpenImages.tool, _union_boxes(gt.boxes[gs], gt.boxes[go]), np.zeros(len(gs), np.int64),
                             _union_boxes(pred.boxes[s], pred.boxes[o]), np.zeros(len(s), np.int64))
     picks = []
     for overlap in (relationship, phrase):
@@ -3103,18 +3547,18 @@ def oi_candidates(gt, pred, iou_PG, relations_R3, rows_N3, threshold):
     return picks
 
 
-def oi_counts(gt, pred, settings):
+def oi_counts(gt, pred, listed, settings):
     """The oi protocol's own counts of one image (PySGG's eval_rel_results, every GT row of the
     file counted, duplicates included): oi_gt the GT rows; oi_hits the GT rows hit by the first k
-    rows of the OI list (oi_list; a row hits a GT row as in sgb: predicate, categories and both box
+    rows of the OI list (oi_list of ``listed``, the prediction's scored rows; a row hits a GT row as in sgb: predicate, categories and both box
     IoUs >= threshold) for each cut-off and OI_SCORE_K; oi_npos the GT rows per predicate; oi_dets
     (5, N) per listed row: predicate, the score's float64 bits (high and low 32), the GT row
     oi_candidates gives + 1 for the relationship and for the phrase AP (0: none)."""
     relations = gt.relations[gt.file_rows]
-    rows, scores = oi_list(pred)
+    rows, scores = oi_list(*listed)
     first_hit, picks = np.full(len(relations), -1), [np.full(len(rows), -1)] * 2
     if len(rows):  # one box IoU for the recall's hits (same categories) and the APs' picks
-        iou_PG = legacy_box_iou(LEGACY["oi"], gt.boxes, np.zeros(len(gt.categories), np.int64), pred.boxes,
+        iou_PG = legacy_box_iou(OpenImages.tool, gt.boxes, np.zeros(len(gt.categories), np.int64), pred.boxes,
                                 np.zeros(len(pred.categories), np.int64))
         ok = (iou_PG >= np.float32(settings.iou_threshold)) & (pred.categories[:, None] == gt.categories[None])
         first_hit = triplet_hits(rows, ok, relations, len(rows), settings.n_predicates)[0]
@@ -3128,73 +3572,61 @@ def oi_counts(gt, pred, settings):
                                  (bits & np.uint64(0xFFFFFFFF)).astype(np.int64), picks[0] + 1, picks[1] + 1])}
 
 
-def oi_scores_problem(pred, settings, where):
-    """The problem line when the oi protocol is run on a record whose ng list has no scores."""
-    if "oi" in settings.protocols and len(pred.ng_triplets) and pred.ng_triplet_scores is None:
-        field = "ng_triplet_scores" if pred.ng_triplets is not pred.triplets else "triplet_scores"
-        return (f"{where}: the oi protocol ranks the rows by their scores: field '{field}' is required "
-                f"(one number per row)")
-    return None
+def oi_ap(image_D, pick_D, n_gt):
+    """PySGG's average precision of one predicate (ap_eval_rel.py:144-211, get_ap 101-119): the
+    listed rows of every image, ranked by score (the caller's order), are true positives when
+    their pick (image, GT row; -1 none) was not taken by an earlier row; precision over recall
+    with the VOC envelope and sentinels, summed where recall changes."""
+    tp = np.zeros(len(pick_D))
+    picked = np.flatnonzero(pick_D >= 0)
+    first = np.unique(np.stack([image_D[picked], pick_D[picked]]), axis=1, return_index=True)[1] if len(picked) \
+        else np.zeros(0, np.int64)
+    tp[picked[first]] = 1.0
+    fp, tp = np.cumsum(1.0 - tp), np.cumsum(tp)
+    recall = tp / (float(n_gt) + 1e-12)
+    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    recall, precision = np.concatenate(([0.0], recall, [1.0])), np.concatenate(([0.0], precision, [0.0]))
+    precision = np.maximum.accumulate(precision[::-1])[::-1]
+    changes = np.flatnonzero(recall[1:] != recall[:-1])
+    return np.sum((recall[changes + 1] - recall[changes]) * precision[changes + 1])
 
 
-def evaluate_image(task):
-    """One image under every protocol of the run -> ImageResult (a worker's unit of work)."""
-    gt, pred, settings = task.gt, task.pred, task.settings
-    if pred is None or not len(pred.categories):  # no instances: no triplets either (validated)
-        empty = image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), _NO_TRIPLETS,
-                             _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k,
-                             gt.subsets)
-        counts = {protocol: left_out_counts(settings, protocol) if protocol in LEGACY else empty
-                  for protocol in settings.protocols}
-        if "oi" in counts:
-            counts["oi"].update(oi_counts(gt, None, settings))
-        check = dict.fromkeys(CHECK_FIELDS, 0)
-        check["instance_count_differs"] = int(settings.task != "sgdet" and len(gt.categories) > 0)
-        return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
-    pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
-    as_gt = settings.task == "predcls" and not check["instance_count_differs"]
-    check = list(check.values())
-    merging = settings.audit or "singlempo" in settings.protocols  # needs every mask
-    masks = None
-    try:
-        if settings.mode == "box":
-            iou = box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories)
-        elif as_gt:
-            masks = gt_masks_as_predictions(gt, settings.iou_threshold, task.gt_cache)
-            iou = masks.iou
-        else:  # without merging, only the masks of the GT's categories matter
-            needed = None if merging else np.isin(pred.categories, gt.categories)
-            masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold, task.gt_cache)
-            iou = masks.iou
-    except SGEvalError as error:
-        return ImageResult(None, None, error.problems, check)
-    merge = merge_prediction(pred, masks, gt.width, "singlempo" in settings.protocols) if merging else None
-    matchings = [match_protocol(protocol, gt, pred, iou, masks, merge, settings) for protocol in settings.protocols]
-    counts = {m.protocol: protocol_counts(gt, m, pred.triplets, pred.ng_triplets, settings) for m in matchings}
-    if settings.task != "sgdet":  # A@k: the rows on GT pairs (instances are the GT's, by index)
-        for m in matchings:
-            restricted = protocol_counts(gt, m, pred.triplets[on_gt_pairs], _NO_TRIPLETS, settings)
-            counts[m.protocol]["a_hits"] = restricted["gc_hits"].sum(axis=1)
-    if "oi" in counts:  # PySGG scores its Open Images list with the stored boxes and labels, in every task
-        counts["oi"].update(oi_counts(gt, task.pred, settings))
-    return ImageResult(counts, audit_counts(pred, merge, gt.width) if settings.audit else None, [], check)
+def oi_metrics(store, k_labels):
+    """The oi protocol's metrics (PySGG's eval_rel_results, oi_evaluation.py:146-392) from the
+    stacked counts -> (metrics, per_predicate): R@k over all GT rows, imgR@k its per-image mean,
+    AP_rel / AP_phr per predicate (oi_ap, rows ranked by np.argsort of the negated scores in image
+    order as PySGG concatenates them), mAP over every predicate of the vocabulary, wmAP weighted by
+    GT rows, score = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and score_wtd the same with the wmAPs."""
+    gt_I, hits_IK = store["oi_gt"], store["oi_hits"].astype(np.float64)
+    recall = hits_IK.sum(axis=0) / (float(gt_I.sum()) + 1e-12)
+    out = {f"R@{label}": float(recall[i]) for i, label in enumerate(k_labels)}
+    out.update({f"imgR@{label}": float(np.mean(hits_IK[:, i] / (gt_I + 1e-12))) for i, label in enumerate(k_labels)})
+    listed = [rows if rows is not None else np.zeros((5, 0), np.int64) for rows in store.ragged("oi_dets")]
+    image = np.repeat(np.arange(len(listed)), [rows.shape[1] for rows in listed])
+    predicate, high, low, rel, phr = np.concatenate(listed, axis=1) if listed else np.zeros((5, 0), np.int64)
+    scores = ((high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)).view(np.float64)
+    n_gt = store["oi_npos"].sum(axis=0)
+    all_gt, per_predicate = int(n_gt.sum()), {"AP_rel": np.zeros(len(n_gt)), "AP_phr": np.zeros(len(n_gt))}
+    for c in range(len(n_gt)):
+        rows = np.flatnonzero(predicate == c)
+        rows = rows[np.argsort(-scores[rows])]
+        per_predicate["AP_rel"][c] = oi_ap(image[rows], rel[rows] - 1, n_gt[c])
+        per_predicate["AP_phr"][c] = oi_ap(image[rows], phr[rows] - 1, n_gt[c])
+    for kind in ("rel", "phr"):
+        total, weighted = 0.0, 0.0
+        for c, ap in enumerate(per_predicate[f"AP_{kind}"]):
+            weighted += ap * float(n_gt[c]) / float(all_gt) if all_gt else np.nan
+            total += ap
+        out[f"mAP_{kind}"], out[f"wmAP_{kind}"] = total / len(n_gt) if len(n_gt) else np.nan, weighted
+    r50 = float(recall[-1])
+    out["score"] = 0.4 * out["mAP_rel"] + 0.2 * r50 + 0.4 * out["mAP_phr"]
+    out["score_wtd"] = 0.4 * out["wmAP_rel"] + 0.2 * r50 + 0.4 * out["wmAP_phr"]
+    return {key: float(value) for key, value in out.items()}, per_predicate
 
-
-def match_protocol(protocol, gt, pred, iou, masks, merge, settings):
-    """The Matching of one protocol from the image's IoU (and, for singlempo, its Merge)."""
-    if protocol in LEGACY:
-        return Matching(protocol, None, None, legacy_ok(protocol, gt, pred, iou, settings))
-    if protocol != "singlempo":
-        return Matching(protocol, MATCHERS[protocol](iou, settings.iou_threshold), None, None)
-    node_iou = iou[merge.source] if masks is None else mask_iou(
-        masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, pred.categories[merge.source],
-        mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
-    return Matching(protocol, match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
-
-
-def left_out_counts(settings, protocol=None):
-    """The counts of an image a protocol leaves out of every mean (all zero, GT included)."""
-    return {field: np.zeros(shape, np.int64) for field, shape in settings_shapes(settings, protocol).items()}
+PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), OpenPSG(), SGB(), OpenImages())}
+RECALL_PROTOCOLS = tuple(name for name, unit in PROTOCOLS.items() if unit.compare)  # --compare-protocols
+COUNT_FIELDS = {field.name: field for unit in PROTOCOLS.values() for field in unit.fields}  # every count field
+PER_PREDICATE_FIELDS = frozenset(name for name, field in COUNT_FIELDS.items() if field.per_predicate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3379,111 +3811,52 @@ def subset_fields(predicate_R, subsets_RS, gc_masks, ng_masks, C):
     return {"subset_gt": gt, "subset_gc_hits": hits[:, :K], "subset_ng_hits": hits[:, K:]}
 
 
-def count_shapes(n_k, n_imr, n_predicates, n_subsets=0, protocol=None):
-    """Shape of every per-image count field (the image axis excluded) of a protocol; oi adds its
-    own (oi_counts: hits at each cut-off and at OI_SCORE_K)."""
-    C, S = n_predicates, n_subsets
-    shapes = {"gt_rel": (C,), "gc_hits": (n_k, C), "ng_hits": (n_k, C), "gt_pairs": (), "pair_hits": (n_k,),
-              "inf_hits": (C,), "gt_inst": (), "inst_hits": (), "rank_sum": (C,), "rank_n": (C,),
-              "z_gt": (), "z_gc_hits": (n_k,), "z_ng_hits": (n_k,), "imr_hits": (n_imr, C),
-              "imr_short": (n_imr,), "a_hits": (n_k,),
-              "subset_gt": (S, C), "subset_gc_hits": (S, n_k, C), "subset_ng_hits": (S, n_k, C)}
-    if protocol == "oi":
-        shapes.update(oi_gt=(), oi_hits=(n_k + 1,), oi_npos=(C,))
-    return shapes
+def count_shapes(n_k, n_imr, n_predicates, n_subsets=0, protocol=DEFAULT_PROTOCOL):
+    """Shape of every fixed-size count field of a protocol (the image axis excluded)."""
+    settings = Settings("box", (protocol,), 0.5, ("1",) * n_k, ("1",) * n_imr, n_predicates, False,
+                        subsets=(None,) * n_subsets)
+    return settings_shapes(settings, protocol)
 
 
-def settings_shapes(settings, protocol=None):
-    """count_shapes of a run's Settings for one protocol."""
-    return count_shapes(len(settings.k), len(settings.imr_k), settings.n_predicates, len(settings.subsets), protocol)
+def settings_shapes(settings, protocol=DEFAULT_PROTOCOL):
+    """The shapes of a protocol's fixed-size count fields under a run's Settings."""
+    return PROTOCOLS[protocol].shapes(settings)
 
 
 # ---------------------------------------------------------------------------------------------
 # Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
 
-PER_PREDICATE_FIELDS = ("gt_rel", "gc_hits", "ng_hits", "inf_hits", "rank_sum", "rank_n", "imr_hits", "subset_gt",
-                        "subset_gc_hits", "subset_ng_hits", "oi_npos")
-
-
 class CountStore(collections.abc.Mapping):
     """The per-image counts of one protocol, read as {field: (I, ...) int64 array} by aggregate().
-    ``images[i]`` is (columns, fields) of image i as unpack_record gives them (None: all zero):
-    an image's per-predicate counts are zero for the predicates absent from its GT, so only the
-    columns of the others are kept (a few of some 50), and the arrays are made whole when read."""
+    ``images[i]`` is (columns, {field: array}) of image i as unpack_record gives them (None: all
+    zero): an image's per-predicate counts are zero for the predicates absent from its GT, so only
+    the columns of the others are kept (a few of some 50), and the arrays are made whole when read.
+    shapes: the fixed-size fields' shapes; a ragged field is read per image (``ragged``)."""
 
     def __init__(self, n_images, shapes):
         self.shapes, self.images, self.cached = shapes, [None] * n_images, (None, None)
-        self.listed = [None] * n_images  # oi: each image's listed rows (oi_counts' oi_dets), None for none
 
     def __getitem__(self, field):
         if self.cached[0] != field:
-            index, array = list(self.shapes).index(field), np.zeros((len(self.images),) + self.shapes[field], np.int64)
-            for slot, (columns, values) in ((slot, image) for slot, image in enumerate(self.images) if image):
+            array = np.zeros((len(self.images),) + self.shapes[field], np.int64)
+            for slot, (columns, fields) in ((slot, image) for slot, image in enumerate(self.images) if image):
                 if field in PER_PREDICATE_FIELDS:
-                    array[slot][..., columns] = values[index]
+                    array[slot][..., columns] = fields[field]
                 else:
-                    array[slot] = values[index]
+                    array[slot] = fields[field]
             self.cached = field, array
         return self.cached[1]
+
+    def ragged(self, field):
+        """A ragged field of every image: its (rows, n) array, None where an image has none."""
+        return [image[1].get(field) if image else None for image in self.images]
 
     def __iter__(self):
         return iter(self.shapes)
 
     def __len__(self):
         return len(self.shapes)
-
-
-def oi_ap(image_D, pick_D, n_gt):
-    """PySGG's average precision of one predicate (ap_eval_rel.py:144-211, get_ap 101-119): the
-    listed rows of every image, ranked by score (the caller's order), are true positives when
-    their pick (image, GT row; -1 none) was not taken by an earlier row; precision over recall
-    with the VOC envelope and sentinels, summed where recall changes."""
-    tp = np.zeros(len(pick_D))
-    picked = np.flatnonzero(pick_D >= 0)
-    first = np.unique(np.stack([image_D[picked], pick_D[picked]]), axis=1, return_index=True)[1] if len(picked) \
-        else np.zeros(0, np.int64)
-    tp[picked[first]] = 1.0
-    fp, tp = np.cumsum(1.0 - tp), np.cumsum(tp)
-    recall = tp / (float(n_gt) + 1e-12)
-    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
-    recall, precision = np.concatenate(([0.0], recall, [1.0])), np.concatenate(([0.0], precision, [0.0]))
-    precision = np.maximum.accumulate(precision[::-1])[::-1]
-    changes = np.flatnonzero(recall[1:] != recall[:-1])
-    return np.sum((recall[changes + 1] - recall[changes]) * precision[changes + 1])
-
-
-def oi_metrics(store, k_labels):
-    """The oi protocol's metrics (PySGG's eval_rel_results, oi_evaluation.py:146-392) from the
-    stacked counts -> (metrics, per_predicate): R@k over all GT rows, imgR@k its per-image mean,
-    AP_rel / AP_phr per predicate (oi_ap, rows ranked by np.argsort of the negated scores in image
-    order as PySGG concatenates them), mAP over every predicate of the vocabulary, wmAP weighted by
-    GT rows, score = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and score_wtd the same with the wmAPs."""
-    gt_I, hits_IK = store["oi_gt"], store["oi_hits"].astype(np.float64)
-    recall = hits_IK.sum(axis=0) / (float(gt_I.sum()) + 1e-12)
-    out = {f"R@{label}": float(recall[i]) for i, label in enumerate(k_labels)}
-    out.update({f"imgR@{label}": float(np.mean(hits_IK[:, i] / (gt_I + 1e-12))) for i, label in enumerate(k_labels)})
-    listed = [rows if rows is not None else np.zeros((5, 0), np.int64) for rows in store.listed]
-    image = np.repeat(np.arange(len(listed)), [rows.shape[1] for rows in listed])
-    predicate, high, low, rel, phr = np.concatenate(listed, axis=1) if listed else np.zeros((5, 0), np.int64)
-    scores = ((high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)).view(np.float64)
-    n_gt = store["oi_npos"].sum(axis=0)
-    all_gt, per_predicate = int(n_gt.sum()), {"AP_rel": np.zeros(len(n_gt)), "AP_phr": np.zeros(len(n_gt))}
-    for c in range(len(n_gt)):
-        rows = np.flatnonzero(predicate == c)
-        rows = rows[np.argsort(-scores[rows])]
-        per_predicate["AP_rel"][c] = oi_ap(image[rows], rel[rows] - 1, n_gt[c])
-        per_predicate["AP_phr"][c] = oi_ap(image[rows], phr[rows] - 1, n_gt[c])
-    for kind in ("rel", "phr"):
-        total, weighted = 0.0, 0.0
-        for c, ap in enumerate(per_predicate[f"AP_{kind}"]):
-            weighted += ap * float(n_gt[c]) / float(all_gt) if all_gt else np.nan
-            total += ap
-        out[f"mAP_{kind}"], out[f"wmAP_{kind}"] = total / len(n_gt) if len(n_gt) else np.nan, weighted
-    r50 = float(recall[-1])
-    out["score"] = 0.4 * out["mAP_rel"] + 0.2 * r50 + 0.4 * out["mAP_phr"]
-    out["score_wtd"] = 0.4 * out["wmAP_rel"] + 0.2 * r50 + 0.4 * out["wmAP_phr"]
-    return {key: float(value) for key, value in out.items()}, per_predicate
 
 
 def _r_type(hits_I, total_I, pooled):
@@ -3616,37 +3989,22 @@ def write_output(path, chunks, key="output"):
         raise SGEvalError([f"{path}: cannot write the results ({key}): {reason}"]) from None
 
 
-PER_IMAGE_HITS = {  # per_image: metric family -> (key prefix, count field, its denominator's key and field)
-    "R": ("R@", "gc_hits", "gt_relations", "gt_rel"), "ngR": ("ngR@", "ng_hits", "gt_relations", "gt_rel"),
-    "PR": ("PR@", "pair_hits", "gt_pairs", "gt_pairs"), "zR": ("zR@", "z_gc_hits", "gt_zeroshot", "z_gt"),
-    "ngzR": ("ngzR@", "z_ng_hits", "gt_zeroshot", "z_gt"), "A": ("A@", "a_hits", "gt_relations", "gt_rel"),
-    "InstR": ("InstR", "inst_hits", "gt_instances", "gt_inst"), "Rinf": ("R@inf", "inf_hits", "gt_relations", "gt_rel"),
-}
-
-
 def per_image_lines(config, gt, counted):
     """The per_image file: one JSON line per evaluated image (GT order) with its id, its GT
     relation count, whether it has a prediction record and, per protocol, the hits behind each
-    recall the run reports (per k) and their denominators (0 where the protocol leaves the image out)."""
+    recall the run reports (per k) and their denominators (0 where the protocol leaves the image
+    out): Protocol.per_image_columns."""
     wanted = set(config.metrics) - ({"A"} if config.task == "sgdet" else set())
     families = wanted | ({"R"} if {"mR", "F1"} & wanted else set()) | ({"ngR"} if "mNgR" in wanted else set())
-    chosen = [spec for family, spec in PER_IMAGE_HITS.items() if family in families]
-    fields = dict.fromkeys(name for _, field, _, total in chosen for name in (total, field))
-    columns = {}  # (protocol, key) -> (I,) or (I, n_k) int64
-    for protocol, store in counted.stores.items():
-        if protocol == "oi":  # its R@k: the hits of its list over every GT row of the file
-            columns[protocol, "gt_relations"], columns[protocol, "R@"] = store["oi_gt"], store["oi_hits"][:, :-1]
-            continue
-        per_image = {name: store[name].sum(axis=-1) if name in PER_PREDICATE_FIELDS else store[name] for name in fields}
-        for prefix, field, total_key, total_field in chosen:  # each count field made whole once
-            columns[protocol, total_key], columns[protocol, prefix] = per_image[total_field], per_image[field]
-        columns.update(_subset_columns(protocol, store, config.k, [spec.name for spec in config.subsets], families))
+    columns = {protocol: PROTOCOLS[protocol].per_image_columns(store, config, families)
+               for protocol, store in counted.stores.items()}  # {protocol: {key: (I,) or (I, K) int64}}
     for slot, image in enumerate(gt.images):
         hits = {protocol: {} for protocol in counted.stores}
-        for (protocol, key), values in columns.items():
-            row = values[slot]
-            hits[protocol].update({f"{key}{k}": int(n) for k, n in zip(config.k, row)} if row.ndim else
-                                  {key: int(row)})
+        for protocol, keys in columns.items():
+            for key, values in keys.items():
+                row = values[slot]
+                hits[protocol].update({f"{key}{k}": int(n) for k, n in zip(config.k, row)} if row.ndim else
+                                      {key: int(row)})
         line = {"image_id": image.image_id, "gt_relations": len(image.relations),
                 "predicted": bool(counted.predicted[slot]), "hits": hits}
         if config.audit:
@@ -3654,16 +4012,15 @@ def per_image_lines(config, gt, counted):
         yield json.dumps(line) + "\n"
 
 
-def _subset_columns(protocol, store, k_labels, names, families):
-    """per_image columns {(protocol, key): (I,) int64} of the subsets: gt_relations/<name> and the
-    hits behind R@k/<name> (families R, or mR) and ngR@k/<name>."""
+def _subset_columns(store, k_labels, names, families):
+    """per_image columns {key: (I,) int64} of the subsets: gt_relations/<name> and the hits
+    behind R@k/<name> (families R, or mR) and ngR@k/<name>."""
     if not names:
         return {}
-    columns = {(protocol, f"gt_relations/{name}"): gt_I for name, gt_I in zip(names, store["subset_gt"].sum(
-        axis=-1).T)}
+    columns = {f"gt_relations/{name}": gt_I for name, gt_I in zip(names, store["subset_gt"].sum(axis=-1).T)}
     for family, field in (("R", "subset_gc_hits"), ("ngR", "subset_ng_hits")):
         hits_ISK = store[field].sum(axis=-1) if family in families else None
-        columns.update({(protocol, f"{family}@{k}/{name}"): hits_ISK[:, s, index] for s, name in enumerate(names)
+        columns.update({f"{family}@{k}/{name}": hits_ISK[:, s, index] for s, name in enumerate(names)
                         for index, k in enumerate(k_labels) if hits_ISK is not None})
     return columns
 
@@ -3788,8 +4145,8 @@ def update_from_file(evaluator, pred_path, workers=1, progress=None):
                 evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
             elif slot is None:
                 evaluator.other_records += 1
-            elif problem := oi_scores_problem(pred, settings, f"{pred_path}: image {pred.image_id}"):
-                problems.append(problem)
+            elif found := protocol_problems(pred, settings, f"{pred_path}: image {pred.image_id}"):
+                problems.extend(found)
             elif not problems:  # after a problem: only check the rest
                 yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
 
@@ -3980,32 +4337,12 @@ def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def protocol_metrics(config, protocol, store, training, groups, subsets):
-    """One protocol's (metrics, per_predicate, rules) from its CountStore: aggregate under the
-    protocol's rules (the legacy tools' whatever the config says), the predicate groups' and the
-    subsets' means, and oi's own metrics (beside the mR PySGG prints)."""
-    rules = dict(LEGACY_RULES) if protocol in LEGACY else \
-        {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
-    wanted = ["mR"] if protocol == "oi" else \
-        [family for family in config.metrics if family != "A" or config.task != "sgdet"]
-    metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
-                                       rules["aggregation"], training.pairs, config.wimr_tau)
-    metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
-    subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
-    metrics.update(subset_values)
-    per_predicate.update(subset_per_predicate)
-    if protocol == "oi":
-        oi_values, oi_per_predicate = oi_metrics(store, config.k)
-        metrics, per_predicate = {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}
-    return metrics, per_predicate, rules
-
-
 def build_results(config, gt, counted, training, groups=None, scope=None, subsets=()):
     """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
     ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
     groups = groups or {}
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
-    gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [_NO_TRIPLETS[:, 2]]),
+    gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [NO_ROWS[:, 2]]),
                          minlength=len(names))
     present = gt_rel > 0
     subset_gt, subset_images = subset_gt_counts(gt.images, len(subsets), len(names))
@@ -4013,7 +4350,7 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
              for label in config.k}  # a subset's per-predicate values: the predicates of its rows
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        metrics, per_predicate, rules = protocol_metrics(config, protocol, store, training, groups, subsets)
+        metrics, per_predicate, rules = PROTOCOLS[protocol].metrics(config, store, training, groups, subsets)
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in shown.get(
@@ -4154,7 +4491,8 @@ def format_table(results):
     lines += _subset_lines(results)
     if f"A@{config['k'][0]}" in metrics:
         lines.append(f"A@k: Top@K accuracy ({config['task']}: the first k rows among those on GT pairs; not a recall)")
-    extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank", *OI_SCALARS)
+    scalars = dict.fromkeys(key for unit in PROTOCOLS.values() for key in unit.scalar_keys)
+    extras = [f"{key} {_fmt(metrics[key], key)}" for key in ("InstR", "R@inf", "mR@inf", "PRank", *scalars)
               if key in metrics]
     if extras:
         lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
@@ -4165,13 +4503,8 @@ def format_table(results):
         lines += ["protocol comparison (same predictions, same GT):"] + _grid(
             keys, list(by_protocol), lambda key, name: _fmt(by_protocol[name]["metrics"].get(key), key), 10, 11)
     for name, section in results.get("by_protocol", {config["protocol"]: results}).items():
-        if name == "oi":
-            lines.append(f"oi: {LEGACY[name].name}'s rules: R@k pooled over every GT row, AP per predicate over "
-                         f"all images, mAP over all {len(results['gt_relations_per_predicate']) + len(results['absent_predicates'])} "
-                         f"predicates; mR as sgb ({section['images_left_out']} images without triplets left out of it)")
-        elif name in LEGACY:
-            lines.append(f"{name}: {LEGACY[name].name}'s rules: absent predicates count 0, per-image means; "
-                         f"{section['images_left_out']} images without predicted relations left out of every mean")
+        note = PROTOCOLS[name].table_note(section, results)
+        lines += [note] if note else []
     if config["per_predicate"] and results["per_predicate"]:
         per_predicate, counts = results["per_predicate"], results["gt_relations_per_predicate"]
         width = max(map(len, counts), default=8) + 2
@@ -4232,13 +4565,14 @@ def _subset_lines(results):
 @click.option("--pred", help="Predictions: .json, .zip or directory.")
 @click.option("--train-gt", help="Training annotations for zero-shot and wIMR (default: --gt's other images).")
 @click.option("--zeroshot-triplets", help="JSON/CSV rows [subject cat, object cat, predicate]: the zero-shot set.")
-@click.option("--protocol", type=click.Choice(PROTOCOLS), help="Instance matching protocol (default unique).")
+@click.option("--protocol", type=click.Choice(tuple(PROTOCOLS)),
+              help=f"The headline protocol (default {DEFAULT_PROTOCOL}).")
 @click.option("--task", type=click.Choice(TASKS),
               help="sgdet (default); sgcls / predcls: the instances are the GT's (predcls: its labels too).")
 @click.option("--protocols", help="More protocols to evaluate side by side, comma-separated.")
 @click.option("--compare-protocols", is_flag=True,
-              help=f"Evaluate the recall protocols side by side: {', '.join(RECALL_PROTOCOLS)} (and oi with "
-                   f"--protocol oi).")
+              help=f"Evaluate the recall protocols side by side: {', '.join(RECALL_PROTOCOLS)} (and the headline "
+                   f"protocol).")
 @click.option("--k", help="Cut-offs, e.g. 20,50,100,x1,x10.")
 @click.option("--imr-k", help="IMR / wIMR cut-offs, e.g. 10,20,50.")
 @click.option("--metrics", help=f"Metric families, comma-separated: {','.join(METRIC_FAMILIES)}.")
@@ -4269,7 +4603,7 @@ def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
         options["gt_cache"] = False
     options["subsets"] = options["subsets"] or None  # no --subset: the config's subsets
     if compare_protocols and options["protocols"] is None:
-        options["protocols"] = ",".join(RECALL_PROTOCOLS)  # and oi when it is the headline protocol
+        options["protocols"] = ",".join(RECALL_PROTOCOLS)  # beside the headline protocol
     results = run_cli(lambda progress: evaluate(load_config(config_path, need_pred=True, **options), progress),
                       "evaluating", quiet)
     click.echo(format_table(results))

@@ -122,7 +122,7 @@ def test_per_image_lines_follow_the_metrics_and_add_up_to_the_results(tmp_path):
         hits = [line["hits"][protocol] for line in lines if line["hits"][protocol]["gt_relations"]]
         recall = [h["ngR@x1"] / h["gt_relations"] for h in hits]  # openpsg, sgb: per-image means
         pooled = sum(h["ngR@x1"] for h in hits) / sum(h["gt_relations"] for h in hits)
-        expected = sum(recall) / len(recall) if protocol in sgeval.LEGACY else pooled
+        expected = sum(recall) / len(recall) if sgeval.PROTOCOLS[protocol].tool else pooled
         assert section["metrics"]["ngR@x1"] == pytest.approx(expected, rel=1e-15), protocol
 
 

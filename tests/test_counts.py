@@ -51,12 +51,13 @@ def test_record_round_trip_gives_every_count_back(n_k, n_predicates, audit):
         assert values.dtype == np.min_scalar_type(int(values.max()))  # oi's score bits: up to 32 bits
         columns, blocks, audit_back, check = sgeval.unpack_record(values, settings)
         assert (audit_back is None) == (not audit) and list(check) == results[-1].check
-        for protocol, (fields, cells, listed) in blocks.items():
+        for protocol, fields in blocks.items():
             stores[protocol].images[slot] = columns, fields
-            np.testing.assert_array_equal(cells, results[-1].counts[protocol]["confusion"])
-            assert (listed is None) == (protocol != "oi")
-            if listed is not None:
-                np.testing.assert_array_equal(listed, results[-1].counts[protocol]["oi_dets"])
+            np.testing.assert_array_equal(fields["confusion"], results[-1].counts[protocol]["confusion"])
+            assert ("oi_dets" in fields) == (protocol == "oi")  # the oi unit's own ragged field
+            if "oi_dets" in fields:
+                np.testing.assert_array_equal(fields["oi_dets"], results[-1].counts[protocol]["oi_dets"])
+                assert len(stores[protocol].ragged("oi_dets")) == 13
     for protocol, store in stores.items():
         assert list(store) == list(shapes[protocol]) and len(store) == len(shapes[protocol])
         for field, shape in list(shapes[protocol].items()) * 2:  # twice: the cached field and a fresh one

@@ -919,7 +919,7 @@ def test_row_scores_are_checked_and_part_of_the_digest(tmp_path):
     evaluator = sgeval.Evaluator({"gt": values["gt"]})
     arrays = {"labels": [0, 0, 3], "boxes": [[0, 0, 3, 0], [4, 0, 7, 0], [0, 1, 7, 1]],
               "triplets": [[0, 2, 0], [1, 2, 1]]}
-    for extra, words in (({"triplet_scores": [0.5]}, "field 'triplet_scores' has shape (1,), expected (2,)"),
+    for extra, words in (({"triplet_scores": [0.5]}, "field 'triplet_scores' has 1 scores for 2 rows of 'triplets'"),
                          ({"triplet_scores": [0.5, np.nan]}, "field 'triplet_scores' holds NaN or inf"),
                          ({"ng_triplet_scores": [0.5, 0.4]}, "field 'ng_triplet_scores' is given without 'ng_triplets'")):
         with pytest.raises(sgeval.SGEvalError, match=re.escape(words)):

@@ -125,6 +125,6 @@ def test_mmdet_box_iou_kernel_against_float32_arithmetic():
     gt = gt[:, [0, 2, 1, 3]]
     pred = np.vstack([gt + rng.normal(0, 1e-6, gt.shape), rng.uniform(0, 20, (5, 4))])
     cats_gt, cats_pred = np.zeros(7, np.int64), np.r_[np.zeros(11, np.int64), 1]
-    iou = sgeval.legacy_box_iou(sgeval.LEGACY["openpsg"], gt, cats_gt, pred, cats_pred)
+    iou = sgeval.legacy_box_iou(sgeval.PROTOCOLS["openpsg"].tool, gt, cats_gt, pred, cats_pred)
     assert iou.dtype == np.float32 and iou.shape == (12, 7) and (iou[11] == -1).all()
     assert all(iou[p, g] == reference_iou(gt[g], pred[p]) for p in range(11) for g in range(7))

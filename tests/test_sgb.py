@@ -79,7 +79,7 @@ def test_sgb_box_iou_against_float32_arithmetic():
     gt = rng.uniform(0, 20, (7, 4))
     gt[:, 2:] = gt[:, :2] + rng.uniform(0, 10, (7, 2))
     pred = np.vstack([gt + rng.normal(0, 1e-5, gt.shape), rng.uniform(0, 20, (5, 4))])
-    iou = sgeval.legacy_box_iou(sgeval.LEGACY["sgb"], gt, np.zeros(7, np.int64), pred,
+    iou = sgeval.legacy_box_iou(sgeval.PROTOCOLS["sgb"].tool, gt, np.zeros(7, np.int64), pred,
                                 np.r_[np.zeros(11, np.int64), 1])
     assert iou.dtype == np.float32 and (iou[11] == -1).all()
     assert all(np.array_equal(iou[p, g], reference_iou(gt[g], pred[p]), equal_nan=True)
