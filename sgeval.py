@@ -1204,7 +1204,8 @@ class Evaluator:
         self._drain(raise_problems=False)
         self.images = {}  # slot -> ImageRecord
         self.extra = {}  # image id of a test image without relations -> ImageRecord (values unused)
-        self.other_records = 0  # update_from_file: records of images outside the test split
+        self.other_records = 0  # update_file: records of images outside the test split
+        self.converted_task = None  # update_file: the task a converter recorded in the file (convert.json)
 
     def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
                triplet_scores=None, ng_triplet_scores=None, row_lists=None):
@@ -1234,6 +1235,53 @@ class Evaluator:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix="sgeval")
         self._running[slot] = self._pool.submit(self._evaluate, slot, pred)
+
+    def update_file(self, pred_path, workers=None, progress=None):
+        """Update with every record of a prediction file, evaluated in the file's order as the
+        records are read (in ``workers`` processes, default the config's, which send back each
+        image's pack_record); records of images outside the evaluated ones are counted as extra.
+        Raises SGEvalError with every problem of the records and of the masks."""
+        self._drain()
+        gt, settings, problems = self.gt, self.settings, ProblemList()
+        gt_cache = self.gt_cache and GTCache(self.gt_cache.folder)  # one pass: the folder, no memory
+        source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
+                                             problems)
+        self.converted_task = converted_task(pred_path) if source.kind == "zip" else None
+
+        def tasks():
+            for pred in records:
+                slot = self.slot_of.get(pred.image_id)
+                if slot is None and pred.image_id in gt.skipped:
+                    self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
+                elif slot is None:
+                    self.other_records += 1
+                elif found := protocol_problems(pred, settings, f"{pred_path}: image {pred.image_id}"):
+                    problems.extend(found)
+                elif not problems:  # after a problem: only check the rest
+                    yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
+
+        image_problems, done = {}, 0
+        workers = self.config.workers if workers is None else workers
+        if workers > 1:
+            popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
+        gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
+        try:
+            for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers):
+                if found:
+                    image_problems[slot] = found
+                else:
+                    self._add(self.images, slot, ImageRecord(digest, 1, values))
+                done += 1
+                if progress:
+                    progress(done, len(gt.images))
+        finally:
+            gc.unfreeze()
+            source.close()
+        problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
+        if problems:
+            raise SGEvalError(problems)
+        for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
+            progress(done, len(gt.images))
 
     def _evaluate(self, slot, pred):
         """pack_record of one checked update (in one of the Evaluator's threads)."""
@@ -1383,7 +1431,8 @@ class Evaluator:
         counted = self._counted(slots)
         scope = {"scope": "all" if missing == "empty" else "updated",
                  "duplicate_updates": sum(r.updates - 1 for table in (self.images, self.extra) for r in table.values())}
-        return build_results(self.config, gt, counted, self.training, self.groups, scope, self.subsets), gt, counted
+        return build_results(self.config, gt, counted, self.training, self.groups, scope, self.subsets,
+                             self.converted_task), gt, counted
 
     def _counted(self, slots):
         """The Counted of the given GT slots (those without an update as predicting nothing)."""
@@ -2558,6 +2607,20 @@ def _finite_list(values, field, image_id):
     return array.tolist()
 
 
+def _row_lists_record(row_lists, image_id):
+    """write_predictions' row_lists: {name: {"triplets": rows, "scores": numbers or None}} as JSON
+    lists (a name -> rows or (rows, scores) mapping is taken too, as by Evaluator.update)."""
+    record = {}
+    for name, value in row_lists.items():
+        if isinstance(value, collections.abc.Mapping):
+            value = value.get("triplets"), value.get("scores")
+        rows, scores = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+        record[str(name)] = {"triplets": np.asarray(rows, np.int64).reshape(-1, 3).tolist()}
+        if scores is not None:
+            record[str(name)]["scores"] = _finite_list(scores, f"row_lists.{name}.scores", image_id)
+    return record
+
+
 def write_predictions(path, images, extra_members=None, kind=None):
     """Write predictions in the sgeval/SGBench v1 format.
 
@@ -2565,7 +2628,7 @@ def write_predictions(path, images, extra_members=None, kind=None):
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
     ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
-    row) and optional ``masks`` ((P, H, W) bool or uint8) or
+    row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H, W) bool or uint8) or
     ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
@@ -2599,6 +2662,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
                 for field in ("triplet_scores", "ng_triplet_scores"):
                     if image.get(field) is not None:
                         record[field] = _finite_list(image[field], field, image["id"])
+                if image.get("row_lists"):
+                    record["row_lists"] = _row_lists_record(image["row_lists"], image["id"])
                 masks, tiff = image.get("masks"), image.get("tiff")
                 if tiff is not None or masks is not None and len(masks):
                     if kind == "json":
@@ -3951,7 +4016,7 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 
 def evaluate(config, progress=None):
     """Evaluate a prediction file; returns the results dict (SPEC section 7): an Evaluator
-    updated with the file's records (update_from_file), then computed.
+    updated with the file's records (Evaluator.update_file), then computed.
 
     config: a Config (see load_config / make_config) or a mapping of its fields; ``pred`` names
     the file. progress: optional callable progress(images_done, images_total), called after each
@@ -3964,7 +4029,7 @@ def evaluate(config, progress=None):
         if getattr(config, key):
             write_output(getattr(config, key), None, key)  # fails now rather than after the evaluation
     evaluator = Evaluator(config)
-    update_from_file(evaluator, config.pred, config.workers, progress)
+    evaluator.update_file(config.pred, config.workers, progress)
     results, gt, counted = evaluator._compute("empty")
     if config.output:
         write_output(config.output, [json.dumps(results, indent=1) + "\n"])
@@ -4128,51 +4193,6 @@ class Counted(typing.NamedTuple):
     confusion: dict  # {protocol: (C, C + 1) int64}: GT predicate x predicted predicate (column C: none)
 
 
-def update_from_file(evaluator, pred_path, workers=1, progress=None):
-    """Update an Evaluator with every record of a prediction file, evaluated in the file's order
-    as the records are read (in ``workers`` processes, which send back each image's
-    pack_record); records of images outside the evaluated ones are counted as extra. Raises
-    SGEvalError with every problem of the records and of the masks."""
-    gt, settings, problems = evaluator.gt, evaluator.settings, ProblemList()
-    gt_cache = evaluator.gt_cache and GTCache(evaluator.gt_cache.folder)  # one pass: the folder, no memory
-    source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
-                                         problems)
-
-    def tasks():
-        for pred in records:
-            slot = evaluator.slot_of.get(pred.image_id)
-            if slot is None and pred.image_id in gt.skipped:
-                evaluator._add(evaluator.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
-            elif slot is None:
-                evaluator.other_records += 1
-            elif found := protocol_problems(pred, settings, f"{pred_path}: image {pred.image_id}"):
-                problems.extend(found)
-            elif not problems:  # after a problem: only check the rest
-                yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
-
-    image_problems, done = {}, 0
-    if workers > 1:
-        popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
-    gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
-    try:
-        for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers):
-            if found:
-                image_problems[slot] = found
-            else:
-                evaluator._add(evaluator.images, slot, ImageRecord(digest, 1, values))
-            done += 1
-            if progress:
-                progress(done, len(gt.images))
-    finally:
-        gc.unfreeze()
-        source.close()
-    problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
-    if problems:
-        raise SGEvalError(problems)
-    for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
-        progress(done, len(gt.images))
-
-
 def map_in_order(function, items, workers, batch=16):
     """function (a module-level function) over items as they come; yields the results in item
     order. With workers > 1 a pool of processes (forked where the platform can) maps batches of
@@ -4200,7 +4220,7 @@ def _map_batch(function, items):
 
 def _evaluate_slot(item):
     """(slot, ImageTask) -> (slot, prediction_digest, problems, pack_record or None): the unit of
-    work of update_from_file."""
+    work of Evaluator.update_file."""
     slot, task = item
     result = evaluate_image(task)
     values = None if result.problems else pack_record(result, task.gt, task.settings)
@@ -4337,7 +4357,7 @@ def _none_if_nan(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def build_results(config, gt, counted, training, groups=None, scope=None, subsets=()):
+def build_results(config, gt, counted, training, groups=None, scope=None, subsets=(), converted=None):
     """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
     ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
     groups = groups or {}
@@ -4383,7 +4403,7 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
                      for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)]
-        + _list_warnings(config, counted.checks, by_protocol[config.protocol]["metrics"]),
+        + _list_warnings(config, counted.checks, by_protocol[config.protocol]["metrics"], converted),
     }
     if len(by_protocol) > 1:
         results["by_protocol"] = by_protocol
@@ -4425,10 +4445,10 @@ def converted_task(pred_path):
     return task if task in TASKS else None
 
 
-def _list_warnings(config, checks, metrics):
+def _list_warnings(config, checks, metrics, converted=None):
     """The two misreadings of the Scene-Graph-Benchmark metrics explainer, when the lists show them."""
     rows, on_gt, repeating = (checks[:, CHECK_FIELDS.index(field)].sum() for field in CHECK_FIELDS[:3])
-    warnings, converted = [], converted_task(config.pred) if zipfile.is_zipfile(config.pred) else None
+    warnings = []
     if converted not in (None, config.task):
         warnings.append(f"the predictions were converted as {converted} (their convert.json) but are evaluated "
                         f"as {config.task} (task); set task: {converted}")

@@ -239,8 +239,8 @@ def time_updates(data, name, model_images=100, model_step_s=MODEL_STEP_S, memory
 
 
 PROFILED_STAGES = (  # sgeval functions update calls, in call order
-    "update_arrays", "pack_masks", "prediction_digest", "evaluate_image", "task_instances", "compare_masks",
-    "load_gt_masks", "mask_boxes", "mask_iou", "merge_prediction", "match_protocol", "protocol_counts",
+    "update_prediction", "pack_masks", "prediction_digest", "evaluate_image", "task_instances", "compare_masks",
+    "load_gt_masks", "mask_boxes", "mask_iou", "merge_prediction", "image_counts", "legacy_counts",
     "audit_counts", "pack_record")
 
 
@@ -283,7 +283,7 @@ def profile_updates(data, name, top=15, out=sys.stdout):
         for stage, function in originals.items():
             setattr(sgeval, stage, function)
     print(f"CPU ms per update ({name} config, {len(evaluated)} evaluated images); a stage's time includes the "
-          "stages it calls (update_arrays: pack_masks; evaluate_image: the stages after it; compare_masks: "
+          "stages it calls (update_prediction: pack_masks; evaluate_image: the stages after it; compare_masks: "
           "load_gt_masks, two of the mask_boxes and one of the mask_iou calls):", file=out)
     for stage in ("update", *PROFILED_STAGES):
         print(f"  {stage:<20}{1000 * spent[stage] / len(evaluated):8.2f}", file=out)

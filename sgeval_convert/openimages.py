@@ -69,7 +69,12 @@ checked against it, as for ``sgb`` (sgb.py). Per image:
   mR@K (oi_eval.py:395-427 -> vg_eval.py:382-492 -> sgg_eval.py:147, 169-173): the
   ``rel_pair_idxs`` rows as stored, predicate = argmax of ``pred_rel_scores[:, 1:]`` (the first
   column on ties), self-pairs and repeats kept.
-* ``ng_triplets`` and ``ng_triplet_scores``: the Open Images list of ``eval_rel_results``
+* ``ng_triplets``: the no-graph-constraint list of the classic ngR@K PySGG prints beside them
+  (oi_eval.py:395-427 -> vg_eval.py -> sgg_eval.py's SGNoGraphConstraintRecall, the rules of
+  Scene-Graph-Benchmark's: ``sgeval_convert.sgb`` writes the same list, ``common.rank_ng``): every
+  (row, predicate) ranked by subject score x object score x predicate score (predcls: the
+  predicate score alone), so the ``sgb`` protocol gives PySGG's classic ngR@K.
+* ``row_lists.oi`` (``triplets`` and ``scores``): the Open Images list of ``eval_rel_results``
   (oi_eval.py:146-256, from ``adapt_results``, oi_init.py:88-144). Per relation row, the
   predicate scores ``pred_rel_scores[:, 1:]`` (background dropped, oi_eval.py:200) ordered by
   ``np.argsort(-scores, axis=1)`` with their values ``-np.sort(-scores, axis=1)``
@@ -79,7 +84,7 @@ checked against it, as for ``sgb`` (sgb.py). Per image:
   (``np.argsort(-scores.ravel())``, misc.py:61-68) and cut to the first ``TOP_K`` = 100
   (oi_eval.py:211); then those with score > ``MIN_SCORE`` = 0.00001 kept, in that order
   (oi_eval.py:225). Row [subject, object, predicate] with predicate = the column index after
-  dropping background; its score is written as the float32 value (``ng_triplet_scores``, which
+  dropping background; its score is written as the float32 value (``row_lists.oi.scores``, which
   sgeval's ``oi`` protocol ranks by, keeping the written order among equal scores). numpy's
   default argsort is not stable: where scores are exactly equal, the order is numpy's, as in
   PySGG with the same numpy. ``triplets`` get no scores.
@@ -298,7 +303,7 @@ def oi_ranking(pairs, rel_scores, object_scores):
 
 def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predicates, task):
     """One image's prediction BoxList (and the file's groundtruth BoxList, or None) ->
-    (common.update_arrays, ng_triplet_scores (M,) as computed, notes)."""
+    (common.update_arrays, (the Open Images list (M, 3), its scores (M,) as computed), notes)."""
     if groundtruth is not None:
         sgb.check_groundtruth(groundtruth, image, where, n_objects, n_predicates)
     label = "prediction"
@@ -309,18 +314,21 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
     scores = sgb._finite(prediction, "pred_scores", (count,), where, label)
     pairs, rel_scores = _relation_rows(prediction, count, n_predicates, where)
     predicates = rel_scores[:, 1:].argmax(axis=1) if len(pairs) else np.zeros(0, np.int64)  # sgg_eval.py:147
-    ng_triplets, ng_scores = oi_ranking(pairs, rel_scores, scores)
+    oi_rows, oi_scores = oi_ranking(pairs, rel_scores, scores)
+    ng_triplets = common.rank_ng(pairs, rel_scores[:, 1:], None if task == "predcls" else scores, common.NG_TOP,
+                                 common.NG_PER_PREDICATE) if len(pairs) else np.zeros((0, 3), np.int64)
     arrays = common.update_arrays(labels - 1, np.column_stack([pairs, predicates]), ng_triplets, None, boxes, scores)
     notes = collections.Counter({"images": 1, f"task:{task}": 1, "instances": count, "triplets": len(pairs),
-                                 "ng_triplets": len(ng_triplets), "raw_boxes": 1, "resized": int(resized),
+                                 "ng_triplets": len(ng_triplets), "oi_rows": len(oi_rows), "raw_boxes": 1,
+                                 "resized": int(resized),
                                  "object_scores": 1, "no_relation_rows": int(not len(pairs)),
                                  "below_min_score": min(len(pairs) * min(PRD_K, n_predicates), TOP_K)
-                                 - len(ng_triplets),
+                                 - len(oi_rows),
                                  "self_pairs": int(np.count_nonzero(pairs[:, 0] == pairs[:, 1])),
                                  "task_fields_differ": int(sgb.guess_task(prediction) != task),
                                  "box_count_differs": int(task != "sgdet" and count != len(image.categories))})
     notes.update(sgb._rel_labels_notes(prediction, predicates))
-    return arrays, ng_scores, notes
+    return arrays, (oi_rows, oi_scores), notes
 
 
 def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", groundtruth=None):
@@ -336,9 +344,10 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
     checked against the image.
 
     Returns {"labels": (P,) int64, "triplets": (N, 3) int64 (the graph-constrained list),
-    "ng_triplets": (M, 3) int64 (the Open Images list), "masks": None, "boxes": (P, 4) float64,
-    "scores": (P,) float64, "ng_triplet_scores": (M,) float64 (the float32 values)}. Raises
-    common.ConvertError naming the image and the field.
+    "ng_triplets": (M, 3) int64 (the classic no-graph-constraint list), "masks": None, "boxes": (P,
+    4) float64, "scores": (P,) float64, "row_lists": {"oi": {"triplets": (L, 3) int64 (the Open
+    Images list), "scores": (L,) float64 (the float32 values)}}}. Raises common.ConvertError naming
+    the image and the field.
     """
     if task not in TASKS:
         raise ConvertError([f"task '{task}' is not one of {', '.join(TASKS)}"])
@@ -346,16 +355,17 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
     prediction = sgb.as_boxlist(prediction, where, "prediction")
     groundtruth = None if groundtruth is None else sgb.as_boxlist(groundtruth, where, "groundtruth")
     chosen = sgb.guess_task(prediction) if task == "auto" else task
-    arrays, ng_scores, _ = prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predicates, chosen)
-    return {**arrays, "ng_triplet_scores": np.asarray(ng_scores, np.float64)}
+    arrays, (oi_rows, oi_scores), _ = prediction_arrays(prediction, groundtruth, image, where, n_objects,
+                                                        n_predicates, chosen)
+    return {**arrays, "row_lists": {"oi": {"triplets": oi_rows, "scores": np.asarray(oi_scores, np.float64)}}}
 
 
 def convert_image(result, image, where, n_objects, n_predicates, options, task):
-    """One image's {prediction, groundtruth} -> (record with ng_triplet_scores, None, notes)."""
-    arrays, ng_scores, notes = prediction_arrays(result.get("prediction"), result.get("groundtruth"), image, where,
-                                                 n_objects, n_predicates, task)
+    """One image's {prediction, groundtruth} -> (record with its row_lists.oi, None, notes)."""
+    arrays, (oi_rows, oi_scores), notes = prediction_arrays(result.get("prediction"), result.get("groundtruth"),
+                                                            image, where, n_objects, n_predicates, task)
     record, masks, notes = common.as_record(arrays, notes)
-    record["ng_triplet_scores"] = [float(score) for score in ng_scores]
+    record["row_lists"] = {"oi": {"triplets": oi_rows, "scores": [float(score) for score in oi_scores]}}
     return record, masks, notes
 
 
@@ -382,8 +392,9 @@ def convert(raw, out, gt, task="auto", progress=None, workers=1):
     summary = common.convert_all(raw, out, gt, image_fn, FAMILY, common.Options(), progress, workers=workers,
                                  raw_input=raw_input, mode="box", provenance={
                                      "options": {"task": task}, "task": chosen,
-                                     "ng_triplets": f"PySGG's Open Images list: top {PRD_K} predicates per pair, "
-                                                    f"first {TOP_K}, score > {MIN_SCORE}"})
+                                     "ng_triplets": "PySGG's classic no-graph-constraint list (as sgb's)",
+                                     "row_lists.oi": f"PySGG's Open Images list: top {PRD_K} predicates per pair, "
+                                                     f"first {TOP_K}, score > {MIN_SCORE}"})
     return {**summary, "guessed": int(task == "auto")}
 
 
@@ -392,8 +403,9 @@ def describe(summary):
     lines = [common.describe(summary)]
     if summary.get("no_relation_rows"):
         lines.append(f"images without relation rows (instances only): {summary['no_relation_rows']}")
-    lines.append(f"ng_triplets: PySGG's Open Images list ({summary.get('below_min_score', 0)} entries of the "
-                 f"first {TOP_K} had a score <= {MIN_SCORE} and are left out, as PySGG leaves them out)")
+    lines.append(f"row_lists.oi: PySGG's Open Images list ({summary.get('oi_rows', 0)} rows; "
+                 f"{summary.get('below_min_score', 0)} entries of the first {TOP_K} had a score <= {MIN_SCORE} and "
+                 f"are left out, as PySGG leaves them out); ng_triplets: its classic no-graph-constraint list")
     return "\n".join(lines)
 
 
@@ -421,8 +433,9 @@ def describe_gt(summary):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(raw, out, gt, task, workers, quiet):
     """Convert PySGG's Open Images eval_results.pytorch to sgeval predictions (box mode): triplets =
-    the graph-constrained list of its R@K / mR@K, ng_triplets and ng_triplet_scores = its Open Images
-    list (top 2 predicates per pair, first 100, score > 1e-5).
+    the graph-constrained list of its R@K / mR@K, ng_triplets = the no-graph-constraint list of its
+    classic ngR@K, row_lists.oi = its scored Open Images list (top 2 predicates per pair, first 100,
+    score > 1e-5).
 
     `python -m sgeval_convert.openimages gt ...` (or `sgeval convert openimages-gt`) converts the
     annotations."""

@@ -994,11 +994,14 @@ OI_MIN_SCORE = 1e-5
 
 
 def oi_list(prediction):
-    """PySGG's OI list: the ng rows (the triplets when ng_triplets is absent) by score descending,
-    ties in written order, the first 100, those scoring above 1e-5 -> [(s, o, p, score)]."""
+    """PySGG's OI list: the rows of the named list row_lists.oi (else ng_triplets, else triplets) by
+    score descending, ties in written order, the first 100, those scoring above 1e-5 ->
+    [(s, o, p, score)]."""
     if prediction is None or not prediction.get("instances"):
         return []
-    if prediction.get("ng_triplets") is not None:
+    if (prediction.get("row_lists") or {}).get("oi") is not None:
+        rows, scores = prediction["row_lists"]["oi"]["triplets"], prediction["row_lists"]["oi"]["scores"]
+    elif prediction.get("ng_triplets") is not None:
         rows, scores = prediction["ng_triplets"], prediction["ng_triplet_scores"]
     else:
         rows, scores = prediction["triplets"], prediction.get("triplet_scores")

@@ -289,21 +289,30 @@ def test_predictions_convert_to_both_lists(tmp_path, gt, legacy):
     # graph-constrained: the rows as stored, argmax of columns 1.. (the background column is never
     # taken; the tie on row 3 goes to the first, on)
     assert a1["triplets"] == [[0, 1, 0], [2, 1, 1], [1, 0, 0], [0, 0, 0]]
-    # the Open Images list: top 2 predicates per row, ranked by score; row 3's 0.35 and 0.35 tie: both kept
-    ng = a1["ng_triplets"]
+    # the Open Images list (row_lists.oi): top 2 predicates per row, ranked by score; row 3's 0.35 and 0.35
+    # tie: both kept
+    oi = a1["row_lists"]["oi"]
+    ng = oi["triplets"]
     assert ng[:2] == [[0, 1, 0], [2, 1, 1]] and sorted(map(tuple, ng[2:4])) == [(0, 0, 0), (0, 0, 1)]
     assert ng[4:] == [[0, 1, 1], [2, 1, 0], [1, 0, 0], [1, 0, 1]]
     assert [0, 1, 2] not in ng  # near, third for row 0 (0.2 > 0.075): top 2, not top 3
     assert [2, 1, 0] in ng  # on, second for row 1: top 2, not top 1
     scores = dict((tuple(row), value) for row, value in expected_a1_ng())
-    assert a1["ng_triplet_scores"] == [float(scores[tuple(row)]) for row in ng]
-    assert a1["ng_triplet_scores"] == sorted(a1["ng_triplet_scores"], reverse=True)
+    assert oi["scores"] == [float(scores[tuple(row)]) for row in ng]
+    assert oi["scores"] == sorted(oi["scores"], reverse=True)
+    # the classic no-graph-constraint list (ng_triplets, what the sgb protocol's ngR@K reads): every predicate of
+    # every row by subject x object x predicate score (sgcls), descending, ties in row then predicate order
+    # (0.35 / 0.35 on row 3; 0.3 on row 0 before 0.3 on row 3), the background column never
+    assert a1["ng_triplets"] == [[0, 1, 0], [2, 1, 1], [0, 0, 0], [0, 0, 1], [0, 1, 1], [0, 0, 2], [0, 1, 2],
+                                 [2, 1, 0], [1, 0, 0], [1, 0, 1], [2, 1, 2], [1, 0, 2]]
+    assert "ng_triplet_scores" not in a1 and "triplet_scores" not in a1
     b2 = written_records(tmp_path / "out.zip")["b2"]
-    assert b2["triplets"] == [[1, 0, 2]] and b2["ng_triplets"] == [[1, 0, 2], [1, 0, 1]]
+    assert b2["triplets"] == [[1, 0, 2]] and b2["row_lists"]["oi"]["triplets"] == [[1, 0, 2], [1, 0, 1]]
     # float32: (0.9 x 0.7) x 0.4, not the float64 product of the same numbers
     product32 = (f32(0.9) * f32(0.7)) * f32(0.4)
-    assert b2["ng_triplet_scores"][0] == float(product32) != float(f32(0.9)) * float(f32(0.7)) * float(f32(0.4))
-    assert "ng_triplets: PySGG's Open Images list (0 entries" in openimages.describe(summary)
+    assert b2["row_lists"]["oi"]["scores"][0] == float(product32) != \
+        float(f32(0.9)) * float(f32(0.7)) * float(f32(0.4))
+    assert "row_lists.oi: PySGG's Open Images list (" in openimages.describe(summary)
 
 
 def ranking(rel_scores, object_scores, pairs=None):
@@ -371,7 +380,8 @@ def test_an_image_without_relation_rows_keeps_its_instances(tmp_path, gt, pairs,
     preds[1].state["extra_fields"].update(rel_pair_idxs=pairs, pred_rel_scores=rel_scores)
     summary = openimages.convert(write_results(tmp_path / "r.pytorch", preds), tmp_path / "out.zip", str(gt))
     b2 = written_records(tmp_path / "out.zip")["b2"]
-    assert len(b2["instances"]) == 2 and b2["triplets"] == b2["ng_triplets"] == b2["ng_triplet_scores"] == []
+    assert len(b2["instances"]) == 2 and b2["triplets"] == b2["ng_triplets"] == b2["row_lists"]["oi"]["triplets"] \
+        == b2["row_lists"]["oi"]["scores"] == []
     assert summary["no_relation_rows"] == 1
     assert "images without relation rows (instances only): 1" in openimages.describe(summary)
 
@@ -418,7 +428,9 @@ def test_two_workers_write_the_same_bytes(tmp_path, gt):
     assert (tmp_path / "one.zip").read_bytes() == (tmp_path / "two.zip").read_bytes()
 
 
-def test_task_is_guessed_recorded_and_changes_no_row(tmp_path, gt):
+def test_task_is_guessed_recorded_and_changes_only_the_classic_ng_list(tmp_path, gt):
+    """The task changes no row of triplets or of the Open Images list; the classic ng list ranks
+    by the predicate score alone in predcls (as sgb's converter and PySGG's classic recall)."""
     raw = write_results(tmp_path / "r.pytorch")
     openimages.convert(raw, tmp_path / "auto.zip", str(gt))
     summary = openimages.convert(raw, tmp_path / "predcls.zip", str(gt), task="predcls")
@@ -426,7 +438,11 @@ def test_task_is_guessed_recorded_and_changes_no_row(tmp_path, gt):
         provenance = json.loads(archive.read(common.PROVENANCE))
     assert provenance["task"] == "predcls" and provenance["options"] == {"task": "predcls"}
     assert provenance["family"] == "openimages" and summary["task_fields_differ"] == 2
-    assert written_records(tmp_path / "auto.zip") == written_records(tmp_path / "predcls.zip")
+    auto, predcls = written_records(tmp_path / "auto.zip"), written_records(tmp_path / "predcls.zip")
+    assert [{**record, "ng_triplets": None} for record in auto.values()] == \
+        [{**record, "ng_triplets": None} for record in predcls.values()]
+    assert auto["a1"]["ng_triplets"][:2] == [[0, 1, 0], [2, 1, 1]]  # sgcls: 1 x 1 x 0.5 before 0.5 x 1 x 0.8
+    assert predcls["a1"]["ng_triplets"][:2] == [[2, 1, 1], [0, 1, 0]]  # predcls: 0.8 before 0.5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,11 +474,13 @@ def test_image_arrays_are_what_the_file_converter_writes(tmp_path, gt):
     source, read = sgeval.read_predictions(str(tmp_path / "out.zip"), len(OBJECTS), len(PREDICATES), "box")
     records = written_records(tmp_path / "out.zip")
     for (image_id, arrays), image in zip(live_updates(gt, preds), truth.images):
-        scores = arrays.pop("ng_triplet_scores")
+        oi = arrays.pop("row_lists")["oi"]
         assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"}
         assert_arrays_written(arrays, read[image_id], source, image)
-        assert scores.dtype == np.float64 and scores.tolist() == records[image_id]["ng_triplet_scores"]
-        assert np.array_equal(scores, read[image_id].ng_triplet_scores) and read[image_id].triplet_scores is None
+        assert oi["scores"].dtype == np.float64 and oi["scores"].tolist() == records[image_id]["row_lists"]["oi"]["scores"]
+        rows, scores = read[image_id].row_lists["oi"]
+        assert np.array_equal(scores, oi["scores"]) and np.array_equal(rows, oi["triplets"])
+        assert read[image_id].triplet_scores is None and read[image_id].ng_triplet_scores is None
     source.close()
     with pytest.raises(common.ConvertError, match="^image a1: prediction is a list, not a BoxList"):
         openimages.image_arrays([], truth.images[0], len(OBJECTS), len(PREDICATES))

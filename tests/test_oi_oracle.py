@@ -114,14 +114,20 @@ def test_classic_recall_through_the_sgb_protocol(case, task, tmp_path):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_sgeval_gives_pysggs_open_images_numbers(case, oi_gt, task, tmp_path):
+    """One converted file (sgeval_convert.openimages) carries both of PySGG's lists: under oi its Open
+    Images numbers (row_lists.oi), and beside them under sgb the classic R@K, ngR@K and mR@K PySGG
+    prints (triplets, ng_triplets)."""
     module = openimages()
     pred = tmp_path / f"pred_{task}.zip"
-    module.convert(case / f"eval_results_{task}.pytorch", pred, oi_gt)
-    results = sgeval.evaluate(sgeval.load_config(gt=str(oi_gt), pred=str(pred), protocol="oi",
+    module.convert(case / f"eval_results_{task}.pytorch", pred, oi_gt, task=task)
+    results = sgeval.evaluate(sgeval.load_config(gt=str(oi_gt), pred=str(pred), protocol="oi", protocols="sgb",
                                                  k=",".join(map(str, OI_KS)), absent_predicates="zero", task=task))
     pysgg = pysgg_numbers(case, task)
     assert {key: results["metrics"][key] for key in OI_METRICS} == pytest.approx(
         {key: pysgg[name] for key, name in OI_METRICS.items()}, abs=TOLERANCE, rel=0)
+    classic = results["by_protocol"]["sgb"]["metrics"]
+    assert {key: classic[key] for key in SGB_METRICS} == pytest.approx(
+        {key: pysgg[name] for key, name in SGB_METRICS.items()}, abs=TOLERANCE, rel=0)
     for family, name in OI_PER_PREDICATE.items():  # sgeval lists the predicates of the GT; PySGG's others are 0
         shown = results["per_predicate"][family]
         assert shown == pytest.approx({key: pysgg[name][key] for key in shown}, abs=TOLERANCE, rel=0), family
