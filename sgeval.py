@@ -1221,7 +1221,7 @@ class Evaluator:
                       ng_triplets=ng_triplets, triplet_scores=triplet_scores, ng_triplet_scores=ng_triplet_scores,
                       row_lists=row_lists)
         pred = update_prediction(image_id, where, fields, len(self.gt.object_classes), self.settings, height, width)
-        problems = protocol_problems(pred, self.settings, where)
+        problems = protocol_problems(pred, image, self.settings, where)
         if problems:
             raise SGEvalError(problems)
         digest = prediction_digest(pred)
@@ -1255,7 +1255,7 @@ class Evaluator:
                     self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
                 elif slot is None:
                     self.other_records += 1
-                elif found := protocol_problems(pred, settings, f"{pred_path}: image {pred.image_id}"):
+                elif found := protocol_problems(pred, gt.images[slot], settings, f"{pred_path}: image {pred.image_id}"):
                     problems.extend(found)
                 elif not problems:  # after a problem: only check the rest
                     yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
@@ -3212,10 +3212,11 @@ def _empty_result(gt, settings, units):
     return ImageResult(counts, [0] * len(AUDIT_FIELDS) if settings.audit else None, [], list(check.values()))
 
 
-def protocol_problems(pred, settings, where):
-    """The problem lines of a checked prediction that a protocol of the run cannot read."""
-    return [problem for problem in (PROTOCOLS[name].record_problem(pred, where) for name in settings.protocols)
-            if problem]
+def protocol_problems(pred, image, settings, where):
+    """The problem lines of a checked prediction of a GT image (None: a test image without
+    relations) that a protocol of the run cannot read."""
+    return [problem for name in settings.protocols if (problem := PROTOCOLS[name].record_problem(pred, image, settings,
+                                                                                                 where))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3342,8 +3343,9 @@ class Protocol:
         """Problem lines when the config asks this protocol for something it cannot do."""
         return []
 
-    def record_problem(self, pred, where):
-        """The problem line when a prediction lacks what this protocol reads, else None."""
+    def record_problem(self, pred, image, settings, where):
+        """The problem line when a prediction of a GT image (None: a test image without relations)
+        lacks what this protocol reads, else None."""
         return None
 
     def shapes(self, settings):
@@ -3416,6 +3418,11 @@ class Protocol:
 
     def table_note(self, section, results):
         """A line under the table about its rules, or None."""
+        return None
+
+    def task_check_note(self, config):
+        """What it did with a prediction whose instances are not the GT's (sgcls, predcls), when
+        that is not what task_check's meaning says, or None."""
         return None
 
 
@@ -3494,10 +3501,52 @@ class OpenPSG(LegacyProtocol):
 
 
 class SGB(LegacyProtocol):
+    """Scene-Graph-Benchmark's VG evaluation (its vg_eval.py and sgg_eval.py): openpsg's rules, its
+    +1 box IoU, every relation row of the GT file. In predcls its evaluator puts the GT's boxes,
+    labels and scores of 1 in place of the prediction's by index, whatever their number
+    (vg_eval.py:263-266): a prediction with another number of instances is scored with shifted
+    instances here too (the fair protocols score it as stored), and a row whose index the tool
+    would fail on is an error."""
+
     name = "sgb"
     summary = "Scene-Graph-Benchmark's evaluator: as openpsg, +1 box IoU, every GT row of the file"
     tool = LegacyTool("Scene-Graph-Benchmark", 1, None)
     gt_rows_of_file = True
+
+    @staticmethod
+    def by_index(image, pred, settings):
+        """Whether the tool puts the GT's instances in place of this prediction's by index, where
+        task_instances keeps them as stored (predcls, another number of instances)."""
+        return settings.task == "predcls" and image is not None and len(pred.categories) != len(image.categories)
+
+    def record_problem(self, pred, image, settings, where):
+        if not self.by_index(image, pred, settings):
+            return None
+        for name in ("triplets", "ng_triplets"):
+            rows = getattr(pred, name)
+            if len(rows) and rows[:, :2].max() >= len(image.categories):
+                row = int(np.flatnonzero(rows[:, :2].max(axis=1) >= len(image.categories))[0])
+                return (f"{where}: {name[:-1]} {row} {rows[row].tolist()}: the {self.name} protocol puts the GT's "
+                        f"{len(image.categories)} instances in place of the prediction's {len(pred.categories)} by "
+                        f"index in predcls, as {self.tool.name}'s evaluator does, and that evaluator fails on an "
+                        f"instance beyond them")
+        return None
+
+    def image_counts(self, compared):
+        gt, settings = compared.gt, compared.settings
+        if self.by_index(gt, compared.stored, settings):  # the GT's instances, by index
+            pred = dataclasses.replace(compared.stored, categories=gt.categories, boxes=gt.boxes,
+                                       scores=np.ones(len(gt.categories)))
+            iou = np.eye(len(gt.categories))  # mask mode: the GT's segments, which do not overlap, on themselves
+            compared = compared._replace(pred=pred, iou=iou, masks=None)
+        return super().image_counts(compared)
+
+    def task_check_note(self, config):
+        if config.task != "predcls":
+            return None
+        return (f"{self.name}: on these images the GT's instances were put in place of the prediction's by index, as "
+                f"{self.tool.name}'s evaluator does: its number used shifted instances (the fair protocols score "
+                f"these predictions as stored)")
 
 
 OI_TOP = 100  # oi: PySGG's Open Images evaluation ranks the 100 best-scored rows (oi_evaluation.py:151, 211)
@@ -3535,7 +3584,10 @@ class OpenImages(SGB):
                     f"evaluate in box mode"]
         return []
 
-    def record_problem(self, pred, where):
+    def record_problem(self, pred, image, settings, where):
+        found = super().record_problem(pred, image, settings, where)
+        if found:
+            return found
         rows, scores = self.rows(pred, "oi")
         if len(rows) and scores is None:
             return (f"{where}: the oi protocol ranks the rows by their scores: field "
@@ -4399,7 +4451,8 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
         "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
         "predicate_groups": {group: [names[c] for c in members] for group, members in groups.items()},
         "subsets": subsets_report(config.subsets, subset_gt, subset_images, names),
-        "task_check": _task_check(counted.checks, gt.images) if config.task != "sgdet" else None,
+        "task_check": _task_check(counted.checks, gt.images, [note for name in counted.stores if (
+            note := PROTOCOLS[name].task_check_note(config))]) if config.task != "sgdet" else None,
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
                      for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)]
@@ -4421,8 +4474,10 @@ def confusion_report(matrix_CC1, names, k):
             "no_prediction": {names[g]: int(matrix_CC1[g, -1]) for g in rows if matrix_CC1[g, -1]}}
 
 
-def _task_check(checks, images, examples=5):
-    """sgcls / predcls: the images whose prediction does not hold the GT's instances."""
+def _task_check(checks, images, notes=(), examples=5):
+    """sgcls / predcls: the images whose prediction does not hold the GT's instances; notes: what
+    protocols of the run did with a prediction of another instance count (Protocol.task_check_note),
+    given where there is one."""
     report = {}
     for field, meaning in (("instance_count_differs", "instance count differs from the GT's"),
                            ("boxes_differ", f"a box differs from the GT's by more than {BOX_TOLERANCE:g} px"),
@@ -4430,6 +4485,8 @@ def _task_check(checks, images, examples=5):
         flagged = np.flatnonzero(checks[:, CHECK_FIELDS.index(field)])
         report[field] = {"images": len(flagged), "meaning": meaning,
                          "examples": [images[i].image_id for i in flagged[:examples]]}
+    if report["instance_count_differs"]["images"] and notes:
+        report["instance_count_differs"]["protocols"] = list(notes)
     return report
 
 
@@ -4544,6 +4601,7 @@ def format_table(results):
         if found["images"]:
             lines.append(f"task check ({config['task']}): {found['images']} images: {found['meaning']} "
                          f"(e.g. image {', '.join(found['examples'])})")
+            lines += [f"  {note}" for note in found.get("protocols", ())]
     lines += [f"warning: {text}" for text in results["warnings"]]
     return "\n".join(lines)
 

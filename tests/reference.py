@@ -441,11 +441,14 @@ def audit_prediction(triplets, categories, pred_iou, node_of):
     }
 
 
-def as_task(image, prediction, mode, task):
+def as_task(image, prediction, mode, task, protocol=None):
     """The prediction under the task: in predcls, with as many instances as the GT, the GT's
-    categories, boxes and masks with score 1; otherwise as given."""
+    categories, boxes and masks with score 1; otherwise as given. Under sgb in predcls, the GT's
+    instances whatever their number (Scene-Graph-Benchmark's vg_eval.py replaces the prediction's
+    boxes, labels and scores by the GT's, and its rows index them)."""
     instances = prediction["instances"]
-    if task != "predcls" or len(instances) != len(image["categories"]):
+    same = len(instances) == len(image["categories"])
+    if task != "predcls" or not same and not (protocol == "sgb" and instances):
         return prediction
     given = {**prediction, "instances": [{"category": int(c), "bbox": list(map(float, b)), "score": 1.0}
                                          for c, b in zip(image["categories"], image["boxes"])]}
@@ -469,7 +472,7 @@ def evaluate_image(image, prediction, mode, ks, iou_threshold, protocol, imr_ks=
 
     if prediction is None:
         prediction = {"instances": [], "triplets": []}
-    prediction = as_task(image, prediction, mode, task)
+    prediction = as_task(image, prediction, mode, task, protocol)
     instances = prediction["instances"]
     pred_categories = [int(inst["category"]) for inst in instances]
     n_pred = len(instances)

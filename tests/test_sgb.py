@@ -84,3 +84,44 @@ def test_sgb_box_iou_against_float32_arithmetic():
     assert iou.dtype == np.float32 and (iou[11] == -1).all()
     assert all(np.array_equal(iou[p, g], reference_iou(gt[g], pred[p]), equal_nan=True)
                for p in range(11) for g in range(7))
+
+
+HORSE = 1
+H = cells(2, 8, (0, 5, 7))
+
+
+@pytest.mark.parametrize("mode", ["mask", "box"])
+def test_predcls_puts_the_gt_instances_in_place_by_index(tmp_path, mode):
+    """GT: person A, horse H, grass C; (A, H, riding), (A, C, on). The predcls prediction lost the
+    horse (as a model's input drops a box that is empty after clipping): instances A, C and the
+    row (0, 1, on). The fair protocols score it as stored: its instance 1 is C, the row hits
+    (A, C, on): R@20 = 1/2. Scene-Graph-Benchmark's evaluator puts the GT's boxes and labels in
+    place by index whatever their number: instance 1 is H, and (A, H, on) hits nothing: R@20 = 0
+    (0.5 before the rule). The task check says so."""
+    images = [gt_image(1, [A, H, C], [PERSON, HORSE, GRASS], [[0, 1, RIDING], [0, 2, ON]])]
+    preds = [pred_image(1, [A, C], [PERSON, GRASS], [[0, 1, ON]])]
+    metrics, results = by_protocol(tmp_path, images, preds, mode=mode, k=["20"], task="predcls")
+    assert metrics["sgb"]["R@20"] == 0.0 and [metrics[p]["R@20"] for p in OTHERS] == [0.5] * 4
+    differs = results["task_check"]["instance_count_differs"]
+    assert differs["images"] == 1 and len(differs["protocols"]) == 1 and "by index" in differs["protocols"][0]
+    # sgcls scores the stored instances under every protocol, sgb included
+    metrics, results = by_protocol(tmp_path / "sgcls", images, preds, mode=mode, k=["20"], task="sgcls")
+    assert metrics["sgb"]["R@20"] == 0.5 and "protocols" not in results["task_check"]["instance_count_differs"]
+
+
+def test_predcls_rows_beyond_the_gt_instances_are_an_error_under_sgb(tmp_path):
+    """A predcls prediction with more instances than the GT: a row on instance 3 of a 3-instance GT
+    is an index Scene-Graph-Benchmark's evaluator fails on (its GT arrays have 3 rows): one error
+    line naming the image and the row under sgb; the fair protocols score it as stored (unique: A
+    keeps instance 0, so the row on instance 3, its duplicate, misses: R@20 = 1/2)."""
+    import sgeval
+
+    images = [gt_image(1, [A, H, C], [PERSON, HORSE, GRASS], [[0, 1, RIDING], [0, 2, ON]])]
+    preds = [pred_image(1, [A, H, C, A], [PERSON, HORSE, GRASS, PERSON], [[0, 2, ON], [3, 1, RIDING]])]
+    with pytest.raises(sgeval.SGEvalError) as info:
+        run_case(tmp_path, images, preds, mode="box", protocol="sgb", k=["20"], task="predcls")
+    assert len(info.value.problems) == 1
+    assert "image 1: triplet 1 [3, 1, 0]: the sgb protocol puts the GT's 3 instances in place of the " \
+           "prediction's 4 by index in predcls" in info.value.problems[0]
+    results = run_case(tmp_path / "fair", images, preds, mode="box", protocol="unique", k=["20"], task="predcls")
+    assert results["metrics"]["R@20"] == 0.5
