@@ -1,10 +1,14 @@
 """sgeval -- exact, fast evaluation of (panoptic) scene graph generation.
 
-One self-contained file: copy it into your repository and import it, or run it.
+sgeval 0.1.0. Copyright (c) 2026 the sgeval authors. MIT licence: use, copy, modify and share this
+file alone, keeping this notice (the full text: LICENSE in the sgeval repository).
+
+One self-contained file: copy it into your repository and import it, or run it. Each image reduces
+to a record of integer counts that add up; every metric is a pure function of their sums.
 
 Three ways to evaluate
 ----------------------
-In the model's test loop, no file written (the Evaluator; see below)::
+In the model's test loop, no file written::
 
     import sgeval
     evaluator = sgeval.Evaluator("configs/psg.yaml")   # a YAML path, a Config or a mapping; no pred
@@ -12,377 +16,42 @@ In the model's test loop, no file written (the Evaluator; see below)::
         evaluator.update(image_id, labels=output.labels, masks=output.masks,
                          triplets=output.triplets, ng_triplets=output.ng_triplets)
     evaluator.sync()                                   # under torch.distributed: every rank's images
-    results = evaluator.compute()                      # the results dict, as below
+    results = evaluator.compute()                      # the results dict
     print(sgeval.format_table(results))
 
-A prediction file from Python, or from the command line::
+A prediction file from Python (an Evaluator updated with the file's records: the same numbers, to
+the bit), or from the command line::
 
     results = sgeval.evaluate(sgeval.load_config("configs/psg.yaml", workers=2))
     python sgeval.py --config configs/psg.yaml
     python sgeval.py --gt psg.json --gt-seg panoptic/ --pred pred.zip --k 20,50,100,x10
-    python sgeval.py report results/*.json --format latex   # paper tables (sgeval_report.py, beside this file)
+    python sgeval.py --reference                            # the format and rules (REFERENCE, the end of this file)
 
-``evaluate`` is an Evaluator updated with the file's records: the same numbers, to the bit.
+Contents, in the order one image flows
+--------------------------------------
+ 1. Configuration       Config, make_config / load_config; named GT subsets.
+ 2. Ground truth        read_gt: psg.json entry by entry into GTImage arrays (once per Evaluator).
+ 3. The Evaluator       update / update_file / merge / sync / compute; an image's record of counts
+                        (pack_record / unpack_record) and the state_dict.
+ 4. Predictions in      checked_prediction: the one check of an image's prediction, after
+                        update_prediction (update's arrays) or _record (a file's JSON record,
+                        read by prediction_records) decoded it into arrays.
+ 5. Masks               the panoptic PNG (load_gt_masks, GTCache) and prediction TIFFs
+                        (load_pred_masks) decoded by imagecodecs / tifffile, packed into bit rows.
+ 6. Kernels             numba: mask_iou, box_iou, the matchers, the SingleMPO merge, first_positions.
+ 7. One image           evaluate_image: the task's instances (task_instances), their IoU with the GT
+                        (image_iou), the SingleMPO merge, then every protocol's counts.
+ 8. Count fields        CountField: every per-image count declared once (RECALL_FIELDS, OI_FIELDS).
+ 9. Protocols           one unit each (Protocol: unique, singlempo, multimpo, openpsg, sgb, oi) holding
+                        its matching, counts, metrics, rules, row lists and notes; PROTOCOLS.
+10. Per-image counts    image_counts / legacy_counts: a Matching and the rows -> the count fields.
+11. Aggregation         CountStore, aggregate: the stacked counts -> metrics.
+12. Results             evaluate, build_results (the results dict), per_image_lines, format_table.
+13. Command line        main, cli (sgeval report / serve / convert).
+14. Reference           REFERENCE: the Evaluator in detail, the formats, the limits, every rule.
 
-The Evaluator
--------------
-``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
-(``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
-``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-triplet_scores=None, ng_triplet_scores=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
-``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
-the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
-float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
-plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, for instances
-that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
-pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
-SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
-best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
-``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
-ranking). In box mode
-``masks`` are ignored, as ``seg_filename`` is.
-
-* An update is checked before it touches the state, with the file reader's rules and messages
-  (the image id and the field): the image is one of the GT's test images (an id that looks like
-  an index into the evaluated images gets a hint), integer dtypes, one P for every field,
-  categories and indices in range, finite boxes (box mode: x1 <= x2, y1 <= y2), masks of exactly
-  the GT image's (H, W). A bad update raises SGEvalError and changes nothing.
-* Image ids compare as ``str(id)``. A test image without relations is not evaluated; its updates
-  count as ``extra_predictions``. The same image updated again with identical arrays counts once
-  (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
-  arrays it is an error naming the image (a model whose output depends on the batch, as with
-  padding to the batch's largest image, should skip the sampler's repeats: sgeval_convert/README.md).
-  Results never depend on the order of updates or merges.
-* ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
-  image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
-  beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
-  other method waits for them first (a problem found then, with the GT's panoptic PNG, is raised
-  by the next call and the image is left out of the state). An Evaluator is used from one thread;
-  it pickles and copies without its threads.
-* ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
-  update are scored as predicting nothing and counted (``missing_predictions``), as a file
-  without their records. ``missing="skip"`` evaluates the updated images only (a quick validation
-  on part of the split; ``images.scope`` is ``updated``). compute leaves the state as it is.
-* The state is, per updated image, a digest of its arrays, its update count and its counts
-  (``pack_record``: integers in the smallest dtype, per-predicate counts at the predicates of its
-  GT only), never the predictions. ``state_dict()`` is a picklable dict of integer numpy arrays;
-  ``merge(other)`` (an Evaluator or a state_dict; commutative and associative) and
-  ``load_state_dict(state)`` refuse a malformed state and one made under another fingerprint: the
-  sgeval version, the SHA-256 of the gt, train_gt and zeroshot_triplets files (not the PNGs), the
-  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit, confusion_k and the
-  resolved subsets (what decides the counts; metrics, aggregation and groups only decide what
-  compute reports).
-  ``reset()`` forgets every update. ``sync()``: under torch.distributed (when the caller imported
-  torch and initialised a process group), one ``all_gather_object`` of the state, then every rank
-  merges all of them and holds the same state (``sync(all_gather_object=f, world_size=n)`` stands
-  in for it).
-
-How one image flows
--------------------
-1. GT. ``read_gt`` reads psg.json entry by entry into ``GTImage`` arrays (``Evaluator`` does it
-   once). ``prepared_gt_masks`` takes an image's packed segments from the GTCache, or has
-   ``load_gt_masks`` decode its panoptic PNG (imagecodecs) and pack each segment into a row of
-   64-bit words (``pack_segments``).
-2. Update. ``Evaluator.update`` checks its arrays (``update_arrays``, ``update_masks``: masks
-   packed with ``pack_masks``) into a ``PredImage``; the file path reads triplets.json record by
-   record into the same ``PredImage`` (``prediction_records``) and ``update_from_file`` hands each
-   to ``evaluate_image`` in worker processes if asked, whose masks ``load_pred_masks`` inflates
-   from the TIFF (tifffile reads its layout, imagecodecs its pages). ``mask_boxes`` gives each
-   mask's area and box, which prune the IoU work.
-3. Match. ``task_instances`` puts the GT's instances in place of a PredCls prediction's.
-   ``mask_iou`` (or ``box_iou``) compares predictions with the GT instances of their category;
-   ``match_protocol`` makes each protocol's ``Matching`` (``match_unique`` / ``best_candidates``
-   map predictions to GT; openpsg and sgb keep every pair meeting the IoU). For SingleMPO and the
-   audit, ``merge_instances`` merges the predictions with IoU >= 0.5 between them (``_twins``).
-4. Count. ``protocol_counts`` (``image_counts``, or ``legacy_counts`` for openpsg and sgb) turns
-   a Matching and the triplet lists into integer counts per cut-off and predicate: an
-   ``ImageResult``, which ``pack_record`` stores in the state as one small integer array. The
-   oi protocol adds ``oi_counts``: its list's hits, and per listed row its predicate, score and
-   the GT row its APs would take (``oi_candidates``).
-5. Aggregate. ``Evaluator.compute`` unpacks the records (``unpack_record``) into a ``CountStore``
-   per protocol; ``aggregate`` (and ``oi_metrics``, ranking every image's listed rows for the
-   APs) turns them into metrics, ``build_results`` into the results dict,
-   ``format_table`` into the printed table.
-
-Ground truth (OpenPSG ``psg.json``)
------------------------------------
-``data[i]`` holds ``image_id``, ``height``, ``width``, ``pan_seg_file_name``, ``segments_info``,
-``annotations`` (xyxy boxes, same order as ``segments_info``) and ``relations`` ``[[s, o, p]]``.
-Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in ``test_image_ids``
-with at least one relation; of the other entries (the training split) only ``segments_info``
-category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
-box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
-Visual Genome (VG150) and GQA-200 come in the same shape, box mode: ``sgeval convert``
-(sgeval_convert, installed with sgeval) writes it from Scene-Graph-Benchmark's files.
-
-Predictions (SGBench v1 format, read compatibly)
-------------------------------------------------
-A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
-
-    {"version": 1, "images": [{
-        "id": "107902",                     # GT image_id; int or string, compared as string
-        "seg_filename": "107902.tiff",      # mask mode: TIFF beside triplets.json / in the zip
-        "instances": [{"category": 3, "bbox": [x1, y1, x2, y2], "score": 0.93}, ...],
-        "triplets":    [[s, o, p], ...],    # most confident first
-        "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
-        "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
-        "ng_triplet_scores": [0.93, ...]}]} # optional: one per row of ng_triplets
-
-The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
-``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
-Row scores (``triplet_scores``, ``ng_triplet_scores``; ``null`` = not given) are read only by the
-``oi`` protocol, which ranks by them and says so in one error line when they are missing; the
-other protocols read the rows as written. Without ``ng_triplets`` the ng list is ``triplets``
-with ``triplet_scores``; ``ng_triplet_scores`` without ``ng_triplets`` is an error.
-TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
-GT image size; pages of 1-, 8- or 16-bit integer samples, uncompressed or LZW, deflate, PackBits,
-LZMA or Zstandard (not JPEG or other lossy codecs). An image with no instances needs no TIFF. ZIP members are
-read in memory, never extracted. ``triplets.json`` (UTF-8) is read one record at a time, so
-memory holds a few records and one image's masks. ``write_predictions`` writes the format: each
-TIFF is one 1-bit deflate page whose samples, stored apart (planar), are the masks, so a reader
-parses one directory per image instead of one per mask (SGBench 1.0 reads it too).
-
-Strict reading and limits (SPEC section 8)
-------------------------------------------
-Every problem is one line naming file, image id and field; all of a pass are raised together as
-one SGEvalError (the CLI prints ``error:`` lines and exits 1). JSON ``true``/``false`` are not
-integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); a bbox is four
-finite numbers (GT and predictions, both modes); ``triplets`` and ``relations`` are lists of
-``[3 integers]`` rows (``[[]]`` and ``null`` are malformed; ``ng_triplets: null`` means not
-given); ``version`` is the integer 1; a ZIP member name appears once; a GT image's segment ids are
-distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a file that
-is read is a regular file (not a directory, device, FIFO or socket); a cut-off is ASCII digits,
-or x and a decimal number without an exponent (``20``, ``x10``, ``x.5``), and its label is kept as
-written (a later label of the same cut-off is left out). One pass keeps its first MAX_PROBLEMS
-(1,000) problem lines and counts the rest in a last line. Limits: ``workers`` <=
-MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
-MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
-record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
-as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
-recursion limit; config values are scalars or flat lists (``subsets`` nests: it is walked up to
-SUBSET_VALUES (100,000) items, so YAML aliases cannot expand it). Control characters in messages are
-shown escaped; a message line is cut at 1,000 characters.
-
-Rules (SPEC sections 4-6; where the papers are ambiguous, these are the decisions)
------------------------------------------------------------------------------------
-* GT relations: exact duplicate rows removed, first occurrence kept; several predicates per pair
-  are kept.
-* IoU: masks |a & b| / |a | b|; boxes in continuous xyxy coordinates (no +1), 0 when the union is
-  empty. Only same-category pairs are compared. A match needs IoU >= ``iou_threshold`` (0.5).
-* ``unique`` protocol (Algorithm 2): each prediction's candidate is the same-category GT instance
-  of highest IoU (first GT index on ties); each GT instance keeps its best candidate (highest IoU,
-  earlier prediction on ties). ``multimpo``: every prediction maps to its candidate, and R@k /
-  mR@k / PR@k take the first k distinct triplets of ``triplets`` (no graph constraint).
-* ``singlempo``: merge, then ``unique`` on the merged nodes. Walk the instances by ``score``
-  (descending, stable) when every instance has one, else by first appearance in ``ng_triplets``
-  then ``triplets`` (subject before object; unreferenced instances last, by index). An instance
-  not yet absorbed becomes a node with the pixels no earlier node claimed (dropped when there are
-  none) and absorbs every later instance whose full mask has IoU >= 0.5 with its own (labels
-  ignored). Nodes keep their instance's category. Triplets are remapped to nodes; triplets with a
-  dropped end and self-pairs are removed. Box mode: box IoU, no claiming, nothing dropped.
-* ``openpsg``: OpenPSG's ``sgdet`` evaluation (``openpsg/evaluation/sgg_metrics.py``) exactly, in
-  mask mode (its ``pan_seg``) and box mode (its ``bbox``). No instance mapping: a row of a list
-  hits a GT triplet (s, o, p) when its predicate is p and its subject and object each have the
-  category of s and o and IoU >= ``iou_threshold`` with them (many-to-many: one row can hit
-  several GT triplets, a GT instance can be hit by several predictions). R@k / mR@k: the first k
-  rows of ``triplets`` as written, repeats and self-pairs taking their slots. ngR@k / mNgR@k: the
-  first min(k, 100) rows of ``ng_triplets`` as written (OpenPSG's ranking is what the converters
-  write; OpenPSG keeps 100 and computes them in box mode only). Box IoU as mmdet's ``bbox_overlaps``: float32, no +1,
-  union at least 1e-6, compared with the threshold in float32. A record without triplets (and a
-  missing record) is left out of every mean, GT included (``images_left_out``); absent predicates
-  count 0 and means are per image, whatever ``absent_predicates`` and ``aggregation`` say. sgeval
-  extensions (OpenPSG does not compute them; the rules above carried over): relative k; ngR and
-  mNgR in mask mode; PR@k (a GT pair is hit by a row whose ends both match it); InstR and R@inf (a
-  GT instance is matched when some prediction meets the IoU); PRank (the number of other
-  predicates on rows of ``ng_triplets`` hitting the GT pair before the first row hitting the
-  triplet); zR, ngzR; IMR / wIMR (the rows of ``ng_triplets`` with the predicate, as written).
-* ``sgb``: Scene-Graph-Benchmark's VG evaluation (``maskrcnn_benchmark/data/datasets/evaluation/
-  vg/sgg_eval.py``), SGDet. As ``openpsg``, except: box IoU as its ``boxlist_iou``, float32 with
-  the +1 pixel convention (w = x2 - x1 + 1), inter / ((GT area + predicted area) - inter); every
-  relation row of the GT file counts, duplicates included, in hits and denominators (the other
-  protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
-  with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
-  with mask IoU.
-* ``oi``: PySGG's Open Images evaluation (``pysgg/data/datasets/evaluation/oi/``; every rule
-  with file and line: tools/oi_check/README.md), box mode only. Its list: the rows of
-  ``ng_triplets`` (without them ``triplets``) ranked by their scores, descending (ties keep the
-  written order), the first 100, those scoring above 1e-5 (``sgeval convert openimages`` writes
-  PySGG's own list: two predicates per pair). Every GT row of the file counts, duplicates
-  included, in every evaluated image, with a record or without. R@k: the GT rows hit by the first
-  k rows of the list (a hit as in ``sgb``: predicate, categories, both box IoUs >=
-  ``iou_threshold``, float32, +1 pixel), summed over the images, over all GT rows (+ 1e-12);
-  imgR@k: the per-image mean. AP per predicate, of relationships (AP_rel) and of phrases (AP_phr):
-  the listed rows of the predicate in all images, in GT order, ranked by ``np.argsort`` of their
-  negated scores (PySGG's tie order); a row takes, of the GT rows with its predicate, the one of
-  largest overlap (first on ties; 0 where a category differs; relationships: the lesser of the
-  subject and object IoUs, phrases: the IoU of the union boxes), and is a true positive when that
-  overlap is above ``iou_threshold`` and no better-ranked row took it (else a false positive,
-  even when another GT row would do); VOC AP: precision envelope, sentinels (0, 0) and (1, 0),
-  summed where recall changes; recall over the predicate's GT rows + 1e-12. mAP_rel / mAP_phr:
-  the mean over every predicate of the vocabulary (absent ones: AP 0); wmAP_rel / wmAP_phr:
-  weighted by GT rows; ``score`` = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and ``score_wtd`` the
-  same with the wmAPs (what PySGG returns and papers report). mR@k: the mean recall PySGG prints
-  beside it, of ``triplets`` under ``sgb``'s rules (images without triplets left out of it). It
-  needs row scores (one error line when a record has rows without them). It reads the stored
-  instances in every task (PySGG's Open Images pass scores the predicted boxes also in PredCls). ``--compare-protocols``
-  adds the five recall protocols (it runs on any prediction; oi only when named).
-* ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
-  or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
-  GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
-  and scores 1 in place of the stored ones (as Scene-Graph-Benchmark's evaluator does), sgcls with
-  the stored instances. Task check, reported per image (``task_check``): a prediction with another
-  number of instances than the GT (evaluated as stored, also in predcls), a box more than
-  BOX_TOLERANCE (1 px) away from its GT box in any coordinate (box mode), a label other than the
-  GT's (predcls).
-* A@k (Top@K accuracy, sgcls and predcls only; Scene-Graph-Benchmark's ``SGPairAccuracy``): the
-  protocol's R@k of the rows of ``triplets`` whose (subject, object) index pair is the pair of a
-  GT relation (the ranking restricted to GT pairs before the cut-off), pooled: hits summed over
-  the evaluated images over their GT relations, whatever ``aggregation`` says. It is not a recall
-  and is never shown as R@k.
-* F1@k = 2 R@k mR@k / (R@k + mR@k) (0 when both are 0); not in the default families.
-* ``predicate_groups``: mR@k per group (``mR@k/head``, ...), the mean of the group's per-predicate
-  mR@k with the protocol's absent-predicate rule. ``frequency``: predicates by training relation
-  count, head = the most frequent holding half of the training relations, body = the next ones up
-  to 90%, tail = the rest; ``pysgg-vg150``: PySGG's split of VG150 (its LONGTAIL_PART_DICT: head
-  has, of, on, wearing; body 12 predicates; tail the other 34); or a JSON/YAML file mapping group
-  names to predicate names.
-* Warnings for two misreadings: in sgcls / predcls, every row on a GT pair (predictions
-  restricted to GT pairs: their "R@k" is A@k); and a ``triplets`` list in which more than a third
-  of the rows repeat an earlier subject-object pair (one-stage models write such lists; so does
-  a no-graph-constraint list given as the graph-constrained one, and openpsg and sgb read it as
-  written).
-* Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
-  predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
-  ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
-  floor(10 |G| + 0.5)). A selection is mapped through the matching; triplets with an unmatched
-  end are dropped and the rest compared with G as a set of (s_gt, o_gt, p).
-* PRank (Algorithm 6): walk ``ng_triplets``, map, drop unmatched, drop exact repeats of an earlier
-  mapped triplet; a triplet's rank is the number of earlier kept triplets with the same mapped
-  pair. Per image and predicate, the mean rank of the GT triplets that appear (a multiset mean);
-  undefined when none appears.
-* Zero-shot (zR@k, ngzR@k): GT triplets whose (subject category, object category, predicate)
-  type never occurs in the training split (``train_gt``, default the non-test entries of ``gt``),
-  or that are listed in ``zeroshot_triplets``; recall over them with the R@k / ngR@k selection
-  (relative k still counts all of G). Images without zero-shot triplets are skipped.
-* IMR@k: per image and predicate p of G, the first k triplets with predicate p in the NG order of
-  ``ng_triplets`` (exact repeats dropped), matched, over |G^(p)|; aggregated like mR. When an image
-  lists fewer than k such triplets for a predicate of its GT, a warning counts it. wIMR@k =
-  sum_p w_p IMR(p), w_p = n_p^tau / sum_q n_q^tau over the predicates present, n_p = distinct
-  (subject category, object category) pairs of predicate p in the training split.
-* Aggregation ``per_image`` (default; SGBench, OpenPSG and the Scene-Graph-Benchmark code):
-  R-type metrics (R, ngR, PR, InstR, R@inf, zR, ngzR) are means over evaluated images (zR: over
-  images with zero-shot triplets). m-type metrics (mR, mNgR, mR@inf, IMR, PRank) are per predicate
-  the mean over the images whose G holds it (PRank: where defined), then the mean over the
-  predicates present in the evaluated GT (PRank: over predicates with a value). ``pooled``: sums
-  of hits over sums of GT (per predicate for m-type). ``absent_predicates: zero`` counts absent
-  predicates as 0 in mR, mNgR, mR@inf and IMR (the OpenPSG rule).
-* Protocol audit, per image and in total: repeated triplets and repeated pairs of ``triplets``,
-  self-pairs, duplicate instances (an earlier instance of the same category with IoU >= 0.5),
-  instances absorbed and dropped by the SingleMPO merge, and relations that repeat a node pair
-  after the merge (what SingleMPO's graph constraint removes). ``audit: false`` leaves it out, and
-  then ``unique`` / ``multimpo`` skip decoding masks whose category is absent from the GT image.
-* An evaluated image without a prediction record counts with zero hits (``openpsg``: left out);
-  records for images that are not evaluated are ignored and counted as ``extra_predictions``.
-* Predicate confusion at ``confusion_k`` (default 50; an absolute or relative cut-off), per
-  protocol: the rows R@k selects (GC_k; multimpo: the first k distinct triplets; openpsg and sgb:
-  the first k rows as written). A GT triplet (s, o, p) counts as (p, p) when a selected row on its
-  pair (both ends matched to s and o under the protocol) has predicate p, else as (p, q) for the
-  predicate q of the first selected row on its pair, else as no prediction. Summed over the
-  images (images openpsg and sgb leave out add nothing; sgb counts every GT row of the file), so a
-  row of the matrix adds up to the GT triplets of its predicate and its diagonal share is that
-  predicate's pooled R@k.
-* ``per_image``: a JSON Lines file, one line per evaluated image in GT order: ``image_id``,
-  ``gt_relations``, ``predicted`` (a record exists), ``hits`` {protocol: the integer hits behind
-  each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf, and of
-  each subset R@k/<name>, ngR@k/<name>) and their denominators (``gt_relations``, ``gt_pairs``,
-  ``gt_zeroshot``, ``gt_instances``, ``gt_relations/<name>``; 0 where the protocol leaves the image
-  out); oi: the hits behind its R@k and the GT rows of the file} and ``audit`` (the audit counts,
-  when on).
-
-Named GT subsets (config ``subsets``, CLI ``--subset``)
--------------------------------------------------------
-Recall over the GT relations a rule picks: zero-shot recall's idea for any named set of rows.
-A subset is one of (class names as the GT writes them, exactly):
-
-* ``predicates``: a relation whose predicate is in the set;
-* ``objects`` with a ``role``: ``subject`` (the subject's class is in the set), ``object`` (the
-  object's), ``both`` (the subject's and the object's) or ``either`` (at least one of them);
-* ``triplets``: a relation whose (subject class, predicate, object class) is one of the listed
-  ``[subject, predicate, object]`` name triples.
-
-``subsets`` is a list, or a mapping of names to specs; ``--subset`` (repeatable) takes the list's
-text form and replaces the config's subsets::
-
-    subsets:
-      - ovsgtr-novel-objects                      # a preset (below), named by itself
-      - ovd=ovsgtr-novel-objects                  # a preset under another name
-      - people=objects-either:man,woman,person    # NAME=KIND:NAMES; KIND: predicates, objects-<role>, triplets
-      - rides=triplets:man/riding/horse,woman/riding/horse    # subject/predicate/object
-      - {name: spatial, kind: predicates, members: [above, under, in front of]}
-    subsets: {people: {kind: objects, role: both, members: [man, woman]}, near: "predicates:near,behind"}
-    python sgeval.py --config c.yaml --subset people=objects-both:man,woman --subset ovsgtr-novel-predicates
-
-A name is 1 to 64 letters, digits, '.', '_', '+' or '-' (from a letter or digit), given once, and
-not a predicate group's; a name with a comma or a slash needs the mapping form. A bad spec is one
-error line naming the subset; so is a subset whose names the GT lacks (naming them).
-
-Metrics, for every protocol with its own selection, matching, rows and left-out images (openpsg
-and sgb: rows as written, images without predicted relations left out; sgb: every GT row of the
-file, duplicates included), in the families ``metrics`` asks for:
-
-* ``R@k/<name>``, ``ngR@k/<name>``: zR@k / ngzR@k with the subset's rows in place of the zero-shot
-  ones (k resolved with all of the image's G; images without rows of the subset are skipped).
-* ``mR@k/<name>``: per predicate, over the images with subset rows of it (``pooled``: summed);
-  then the mean over the predicates with subset rows, or with ``absent_predicates: zero`` (openpsg
-  and sgb: always) over the subset's predicates (predicates: the members; triplets: theirs;
-  objects: every predicate), those without rows counting 0. None without subset rows. Under
-  ``oi`` only ``mR@k/<name>`` (its classic mR), as its own R@k ranks another list.
-
-Results: the keys above in ``metrics`` and each ``by_protocol`` section; ``per_predicate`` has
-``mR@k/<name>`` for the predicates of the subset's rows; ``subsets`` describes each: ``kind``,
-``role``, ``rule`` (in words), ``members``, ``preset`` and its ``source``, ``gt_relations`` and
-``gt_images`` (rows, duplicates removed, and images with rows among the evaluated ones) and
-``gt_relations_per_predicate``; ``config.subsets`` records each as make_config reads it back (a
-preset by its name). The table prints a section per subset (a row per family, and per protocol
-when several ran); the protocol comparison leaves them out. In an Evaluator's state, an image's
-record holds 1 + 2 len(k) more counts per subset, protocol and predicate of its GT.
-
-Presets: the VG150 splits of OvSGTR (github.com/gpt4vision/OvSGTR at 91afa5b), for VG150 GT with
-Scene-Graph-Benchmark's class names (as ``sgeval convert vg150`` writes it; on a GT without them
-a preset is an error saying so):
-
-* ``ovsgtr-novel-predicates`` (its OvR setting): the 15 novel predicates, datasets/vg.py:40
-  ``VG150_NOVEL_PREDICATE``, the names at the 1-based indices its evaluator tests
-  (datasets/sgg_metrics.py:298-299); rule (sgg_metrics.py:326-329): a row whose predicate is one.
-* ``ovsgtr-novel-objects`` (its OvD setting): the 45 novel object classes, the keys of
-  datasets/vg.py:31 ``VG150_NOVEL2BASE``, the names at the indices of sgg_metrics.py:269; rule
-  (sgg_metrics.py:268-273): a row whose subject and object classes are BOTH novel (role ``both``;
-  the line commented out at :271 tested the opposite, neither class novel).
-* OvD+R (config/GroundingDINO_SwinT_OGC_ovdr.py:105-106 turn both on) has no rule of its own: the
-  two evaluators run side by side, "Novel Object" and "Novel Relation" (datasets/sgg_eval.py:252-262,
-  422-425, 447-453); list both presets.
-
-Its novel recall (sgg_metrics.py:277-290) is Scene-Graph-Benchmark's zero-shot recall over those
-rows: per image over the images with novel rows, the graph-constrained rows of its SGRecall,
-images without predicted relations left out (sgg_eval.py:665). The ``sgb`` protocol's
-``R@k/<preset>`` follows these rules; it is not checked against OvSGTR's code, and OvSGTR's GT
-loader also merges same-class GT boxes with IoU > 0.9 and keeps at most 100 boxes an image
-(datasets/vg.py:363-397), which sgeval's VG150 GT does not.
-
-Prepared ground truth
----------------------
-In mask mode each GT image's segments, packed, and their ``mask_boxes`` are kept (``GTCache``):
-LZ4-compressed in a folder (``gt_cache``; default the user cache folder, ``default_gt_cache``;
-bounded by SGEVAL_GT_CACHE_MIB, the oldest entries go first) and, in an Evaluator, in memory
-(SGEVAL_GT_MEMORY_MIB). An entry's name is the SHA-256 of the layout's version, the image's
-``image_id``, size and segment ids and the PNG's bytes; its content carries its own SHA-256, so a
-truncated or tampered entry is ignored and prepared again. ``gt_cache: false`` decodes every PNG.
-The results are the same bits either way.
-
-Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
-masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
-A packed mask holds the H x W pixels row by row, eight to a byte, the first pixel in the highest
-bit (``np.packbits`` order), zero padded to whole words.
+Dimensions: I images, G GT instances, P predicted instances, N merged nodes or any masks, R
+relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
 """
 
 __version__ = "0.1.0"
@@ -419,6 +88,21 @@ import numpy as np
 import tifffile
 import yaml
 from PIL import Image
+
+__all__ = [  # the public API; the other names are the parts it is made of
+    # evaluate
+    "Evaluator", "Panoptic", "evaluate", "format_table", "Config", "load_config", "make_config", "SGEvalError",
+    # the formats
+    "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
+    "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
+    # protocols, metrics and the results
+    "PROTOCOLS", "RECALL_PROTOCOLS", "DEFAULT_PROTOCOL", "Protocol", "CountField", "METRIC_FAMILIES", "TASKS",
+    "SUBSET_PRESETS", "PREDICATE_GROUP_PRESETS", "aggregate", "REFERENCE",
+    # limits
+    "MAX_WORKERS", "MAX_INSTANCES", "MAX_PROBLEMS", "MAX_ROW_LISTS",
+    # the command line
+    "main", "cli", "run_cli",
+]
 
 log = logging.getLogger("sgeval")
 
@@ -531,7 +215,7 @@ def _regular_file(path, what):
 
 
 # ---------------------------------------------------------------------------------------------
-# Configuration
+# 1. Configuration
 # ---------------------------------------------------------------------------------------------
 
 
@@ -696,7 +380,7 @@ def load_config(path=None, *, need_pred=False, **overrides):
 
 
 # ---------------------------------------------------------------------------------------------
-# Named GT subsets: R@k, ngR@k and mR@k over the GT relation rows a rule picks
+# 1b. Named GT subsets: R@k, ngR@k and mR@k over the GT relation rows a rule picks
 # ---------------------------------------------------------------------------------------------
 
 
@@ -855,7 +539,7 @@ def _subset_spec(name, kind, members, role, where, problems):
 
 
 # ---------------------------------------------------------------------------------------------
-# Readers and validation: ground truth
+# 2. Ground truth
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1147,7 +831,7 @@ def read_zeroshot(path, n_objects, n_predicates):
 
 
 # ---------------------------------------------------------------------------------------------
-# The Evaluator: every image reduces to a record of integer counts; compute() aggregates them
+# 3. The Evaluator: every image reduces to a record of integer counts; compute() aggregates them
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1626,7 +1310,7 @@ def _state_arrays(state, keys, digest_size, n=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Predictions: one check, whichever way they come (Evaluator.update's arrays, a file's records)
+# 4. Predictions in: one check, whichever way they come (Evaluator.update's arrays, a file's records)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1717,7 +1401,7 @@ def checked_prediction(image_id, where, decoded, n_objects, n_predicates, mode, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluator.update's arguments as arrays
+# 4b. Evaluator.update's arguments as arrays
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1877,7 +1561,7 @@ def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems)
 
 
 # ---------------------------------------------------------------------------------------------
-# Readers and validation: prediction files (the file path's updates)
+# 4c. Prediction files, record by record (Evaluator.update_file's updates)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -2227,7 +1911,7 @@ def read_predictions(pred_path, n_objects, n_predicates, mode):
 
 
 # ---------------------------------------------------------------------------------------------
-# Masks: PNGs and TIFFs decoded by imagecodecs and tifffile, packed into bit rows
+# 5. Masks: PNGs and TIFFs decoded by imagecodecs and tifffile, packed into bit rows
 # ---------------------------------------------------------------------------------------------
 
 # TIFF strips are inflated by zlib-ng, the fastest inflater of imagecodecs (bench/README.md), or
@@ -2681,7 +2365,7 @@ def write_predictions(path, images, extra_members=None, kind=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# numba kernels: flat arrays in and out, -1 = unmatched / different category
+# 6. Kernels (numba): flat arrays in and out, -1 = unmatched / different category
 # ---------------------------------------------------------------------------------------------
 # (@_kernel: numba's njit, applied at the first call of any kernel; numba is imported then.)
 # (Kernels fill np.empty arrays: numba takes longer to compile np.full and np.zeros.)
@@ -3003,7 +2687,7 @@ def triplet_hits(rows_N3, ok_PG, relations_R3, limit, n_predicates):
 
 
 # ---------------------------------------------------------------------------------------------
-# One image: its masks compared, matched and counted under every protocol of the run
+# 7. One image: its masks compared, matched and counted under every protocol of the run
 # ---------------------------------------------------------------------------------------------
 
 
@@ -3220,7 +2904,7 @@ def protocol_problems(pred, image, settings, where):
 
 
 # ---------------------------------------------------------------------------------------------
-# Count fields: every per-image count, declared once
+# 8. Count fields: every per-image count, declared once
 # ---------------------------------------------------------------------------------------------
 
 
@@ -3291,7 +2975,7 @@ def field_shapes(fields, settings):
 
 
 # ---------------------------------------------------------------------------------------------
-# Protocols: one unit each, holding how it matches, what it counts and how it reports
+# 9. Protocols: one unit each, holding how it matches, what it counts and how it reports
 # ---------------------------------------------------------------------------------------------
 
 
@@ -3747,7 +3431,7 @@ PER_PREDICATE_FIELDS = frozenset(name for name, field in COUNT_FIELDS.items() if
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-image statistics: integer counts only
+# 10. Per-image counts: integer counts only
 # ---------------------------------------------------------------------------------------------
 
 
@@ -3941,7 +3625,7 @@ def settings_shapes(settings, protocol=DEFAULT_PROTOCOL):
 
 
 # ---------------------------------------------------------------------------------------------
-# Aggregation: a pure function of the stacked counts
+# 11. Aggregation: a pure function of the stacked counts
 # ---------------------------------------------------------------------------------------------
 
 class CountStore(collections.abc.Mapping):
@@ -4062,12 +3746,12 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
 
 
 # ---------------------------------------------------------------------------------------------
-# The file path (evaluate, update_from_file) and the results dict
+# 12. Results: evaluate (the file path), the results dict, the table
 # ---------------------------------------------------------------------------------------------
 
 
 def evaluate(config, progress=None):
-    """Evaluate a prediction file; returns the results dict (SPEC section 7): an Evaluator
+    """Evaluate a prediction file; returns the results dict: an Evaluator
     updated with the file's records (Evaluator.update_file), then computed.
 
     config: a Config (see load_config / make_config) or a mapping of its fields; ``pred`` names
@@ -4410,7 +4094,7 @@ def _none_if_nan(value):
 
 
 def build_results(config, gt, counted, training, groups=None, scope=None, subsets=(), converted=None):
-    """The results dict (SPEC section 7) of a run's counts. scope: the Evaluator's ``scope`` and
+    """The results dict of a run's counts. scope: the Evaluator's ``scope`` and
     ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
     groups = groups or {}
     names, headline = gt.predicate_classes, counted.stores[config.protocol]
@@ -4629,7 +4313,7 @@ def _subset_lines(results):
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line
+# 13. Command line
 # ---------------------------------------------------------------------------------------------
 
 
@@ -4675,8 +4359,13 @@ def _subset_lines(results):
 @click.option("--confusion-k", help="Cut-off of the predicate confusion counts (default 50).")
 @click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(config_path, quiet, compare_protocols, no_gt_cache, **options):
+@click.option("--reference", "show_reference", is_flag=True,
+              help="Print the reference (the Evaluator, the formats, the limits, every rule) and exit.")
+def main(config_path, quiet, compare_protocols, no_gt_cache, show_reference, **options):
     """Evaluate scene graph predictions against OpenPSG ground truth."""
+    if show_reference:
+        click.echo(REFERENCE)
+        return
     if no_gt_cache:
         options["gt_cache"] = False
     options["subsets"] = options["subsets"] or None  # no --subset: the config's subsets
@@ -4716,7 +4405,12 @@ def run_cli(work, label, quiet=False):
 def cli():
     """The sgeval command: ``sgeval report ...`` runs sgeval_report.py, ``sgeval serve ...`` the package
     sgeval_serve and ``sgeval convert ...`` the package sgeval_convert (beside this file, or installed
-    with it); anything else is an evaluation."""
+    with it); anything else is an evaluation.
+
+    Those modules import sgeval, and this imports them: a circle on purpose. sgeval.py stays one
+    file that works alone (copied without them, these commands say what is missing), while one
+    ``sgeval`` command reaches the tools installed beside it; they are imported here, by name, only
+    when asked for, so ``import sgeval`` never loads them."""
     command = sys.argv[1] if sys.argv[1:2] in (["report"], ["serve"], ["convert"]) else None
     if command is None:
         return main()
@@ -4729,6 +4423,359 @@ def cli():
         sys.exit(1)
     return entry(sys.argv[2:], prog_name=f"{Path(sys.argv[0]).name} {command}")
 
+
+
+# ---------------------------------------------------------------------------------------------
+# 14. Reference: printed by ``sgeval --reference``
+# ---------------------------------------------------------------------------------------------
+
+REFERENCE = """\
+The Evaluator
+-------------
+``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
+(``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
+``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
+triplet_scores=None, ng_triplet_scores=None, row_lists=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
+the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
+float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
+plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, for instances
+that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
+pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
+SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
+best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
+``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
+ranking); ``row_lists`` {name: rows, (rows, scores) or {"triplets": rows, "scores": scores}}: more
+named lists, optional (the format's ``row_lists``). ``update_file(path, workers=None)`` updates it
+with every record of a prediction file, as ``evaluate`` does. In box mode
+``masks`` are ignored, as ``seg_filename`` is.
+
+* An update is checked before it touches the state, with the file reader's rules and messages
+  (the image id and the field): the image is one of the GT's test images (an id that looks like
+  an index into the evaluated images gets a hint), integer dtypes, one P for every field,
+  categories and indices in range, finite boxes (box mode: x1 <= x2, y1 <= y2), masks of exactly
+  the GT image's (H, W). A bad update raises SGEvalError and changes nothing.
+* Image ids compare as ``str(id)``. A test image without relations is not evaluated; its updates
+  count as ``extra_predictions``. The same image updated again with identical arrays counts once
+  (``images.duplicate_updates``: DistributedSampler pads the last batch with repeats); with other
+  arrays it is an error naming the image (a model whose output depends on the batch, as with
+  padding to the batch's largest image, should skip the sampler's repeats: sgeval_convert/README.md).
+  Results never depend on the order of updates or merges.
+* ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
+  image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
+  beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
+  other method waits for them first (a problem found then, with the GT's panoptic PNG, is raised
+  by the next call and the image is left out of the state). An Evaluator is used from one thread;
+  it pickles and copies without its threads.
+* ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
+  update are scored as predicting nothing and counted (``missing_predictions``), as a file
+  without their records. ``missing="skip"`` evaluates the updated images only (a quick validation
+  on part of the split; ``images.scope`` is ``updated``). compute leaves the state as it is.
+* The state is, per updated image, a digest of its arrays, its update count and its counts
+  (``pack_record``: integers in the smallest dtype, per-predicate counts at the predicates of its
+  GT only), never the predictions. ``state_dict()`` is a picklable dict of integer numpy arrays;
+  ``merge(other)`` (an Evaluator or a state_dict; commutative and associative) and
+  ``load_state_dict(state)`` refuse a malformed state and one made under another fingerprint: the
+  sgeval version, the SHA-256 of the gt, train_gt and zeroshot_triplets files (not the PNGs), the
+  mode, task, protocols, k, imr_k, iou_threshold, predicate count, audit, confusion_k and the
+  resolved subsets (what decides the counts; metrics, aggregation and groups only decide what
+  compute reports).
+  ``reset()`` forgets every update. ``sync()``: under torch.distributed (when the caller imported
+  torch and initialised a process group), one ``all_gather_object`` of the state, then every rank
+  merges all of them and holds the same state (``sync(all_gather_object=f, world_size=n)`` stands
+  in for it).
+
+Ground truth (OpenPSG ``psg.json``)
+-----------------------------------
+``data[i]`` holds ``image_id``, ``height``, ``width``, ``pan_seg_file_name``, ``segments_info``,
+``annotations`` (xyxy boxes, same order as ``segments_info``) and ``relations`` ``[[s, o, p]]``.
+Object vocabulary = ``thing_classes + stuff_classes``. Evaluated images: ids in ``test_image_ids``
+with at least one relation; of the other entries (the training split) only ``segments_info``
+category ids and ``relations`` are read. Mask mode when ``gt_seg`` (the panoptic PNG root) is given,
+box mode otherwise. A panoptic PNG is 8-bit RGB(A); segment id = R + 256 G + 65536 B.
+Visual Genome (VG150) and GQA-200 come in the same shape, box mode: ``sgeval convert``
+(sgeval_convert, installed with sgeval) writes it from Scene-Graph-Benchmark's files.
+
+Predictions (SGBench v1 format, read compatibly)
+------------------------------------------------
+A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
+
+    {"version": 1, "images": [{
+        "id": "107902",                     # GT image_id; int or string, compared as string
+        "seg_filename": "107902.tiff",      # mask mode: TIFF beside triplets.json / in the zip
+        "instances": [{"category": 3, "bbox": [x1, y1, x2, y2], "score": 0.93}, ...],
+        "triplets":    [[s, o, p], ...],    # most confident first
+        "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
+        "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
+        "ng_triplet_scores": [0.93, ...],   # optional: one per row of ng_triplets
+        "row_lists": {"oi": {"triplets": [[s, o, p], ...], "scores": [0.93, ...]}}}]}  # optional
+
+The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
+``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
+Row scores (``triplet_scores``, ``ng_triplet_scores``; ``null`` = not given) are read only by the
+``oi`` protocol, which ranks by them and says so in one error line when they are missing; the
+other protocols read the rows as written. Without ``ng_triplets`` the ng list is ``triplets``
+with ``triplet_scores``; ``ng_triplet_scores`` without ``ng_triplets`` is an error.
+``row_lists`` (optional) holds more named lists of rows, each with optional scores: at most
+MAX_ROW_LISTS (16), a name of 1 to 64 letters, digits, '.', '_', '+' or '-' (not ``triplets`` or
+``ng_triplets``), rows and scores checked as ``triplets`` and ``triplet_scores``. A protocol
+declares the lists it reads (``Protocol.lists``: per role, the first list a record has): every
+protocol reads ``triplets`` (R@k) and ``ng_triplets`` (ngR@k); ``oi`` its scored list from
+``row_lists.oi``, else ``ng_triplets``. ``sgeval convert openimages`` writes PySGG's classic
+no-graph-constraint list as ``ng_triplets`` and its Open Images list as ``row_lists.oi``.
+TIFF: one page (or one layer of a 3-D page) per instance in instance order, non-zero = inside,
+GT image size; pages of 1-, 8- or 16-bit integer samples, uncompressed or LZW, deflate, PackBits,
+LZMA or Zstandard (not JPEG or other lossy codecs). An image with no instances needs no TIFF. ZIP members are
+read in memory, never extracted. ``triplets.json`` (UTF-8) is read one record at a time, so
+memory holds a few records and one image's masks. ``write_predictions`` writes the format: each
+TIFF is one 1-bit deflate page whose samples, stored apart (planar), are the masks, so a reader
+parses one directory per image instead of one per mask (SGBench 1.0 reads it too).
+
+Strict reading and limits
+-------------------------
+Every problem is one line naming file, image id and field; all of a pass are raised together as
+one SGEvalError (the CLI prints ``error:`` lines and exits 1). JSON ``true``/``false`` are not
+integers; a category, id or index is a JSON integer (not ``1.0``, not ``"1"``); a bbox is four
+finite numbers (GT and predictions, both modes); ``triplets`` and ``relations`` are lists of
+``[3 integers]`` rows (``[[]]`` and ``null`` are malformed; ``ng_triplets: null`` means not
+given); ``version`` is the integer 1; a ZIP member name appears once; a GT image's segment ids are
+distinct and each occurs in its PNG; every strip or tile of a mask TIFF is present; a file that
+is read is a regular file (not a directory, device, FIFO or socket); a cut-off is ASCII digits,
+or x and a decimal number without an exponent (``20``, ``x10``, ``x.5``), and its label is kept as
+written (a later label of the same cut-off is left out). One pass keeps its first MAX_PROBLEMS
+(1,000) problem lines and counts the rest in a last line. Limits: ``workers`` <=
+MAX_WORKERS (64); a prediction record <= MAX_INSTANCES (10,000) instances; a GT image <=
+MAX_IMAGE_PIXELS (2**26, environment variable ``SGEVAL_MAX_IMAGE_PIXELS``); one JSON value (a
+record, an entry) <= 2**26 characters; a mask TIFF <= 2 bytes per pixel of its masks + 1 MiB and
+as many masks as instances (checked before decoding); JSON and YAML nesting as deep as Python's
+recursion limit; config values are scalars or flat lists (``subsets`` nests: it is walked up to
+SUBSET_VALUES (100,000) items, so YAML aliases cannot expand it). Control characters in messages are
+shown escaped; a message line is cut at 1,000 characters.
+
+Rules (where the papers are ambiguous, these are the decisions)
+---------------------------------------------------------------
+* GT relations: exact duplicate rows removed, first occurrence kept; several predicates per pair
+  are kept.
+* IoU: masks |a & b| / |a | b|; boxes in continuous xyxy coordinates (no +1), 0 when the union is
+  empty. Only same-category pairs are compared. A match needs IoU >= ``iou_threshold`` (0.5).
+* ``unique`` protocol (Algorithm 2): each prediction's candidate is the same-category GT instance
+  of highest IoU (first GT index on ties); each GT instance keeps its best candidate (highest IoU,
+  earlier prediction on ties). ``multimpo``: every prediction maps to its candidate, and R@k /
+  mR@k / PR@k take the first k distinct triplets of ``triplets`` (no graph constraint).
+* ``singlempo``: merge, then ``unique`` on the merged nodes. Walk the instances by ``score``
+  (descending, stable) when every instance has one, else by first appearance in ``ng_triplets``
+  then ``triplets`` (subject before object; unreferenced instances last, by index). An instance
+  not yet absorbed becomes a node with the pixels no earlier node claimed (dropped when there are
+  none) and absorbs every later instance whose full mask has IoU >= 0.5 with its own (labels
+  ignored). Nodes keep their instance's category. Triplets are remapped to nodes; triplets with a
+  dropped end and self-pairs are removed. Box mode: box IoU, no claiming, nothing dropped.
+* ``openpsg``: OpenPSG's ``sgdet`` evaluation (``openpsg/evaluation/sgg_metrics.py``) exactly, in
+  mask mode (its ``pan_seg``) and box mode (its ``bbox``). No instance mapping: a row of a list
+  hits a GT triplet (s, o, p) when its predicate is p and its subject and object each have the
+  category of s and o and IoU >= ``iou_threshold`` with them (many-to-many: one row can hit
+  several GT triplets, a GT instance can be hit by several predictions). R@k / mR@k: the first k
+  rows of ``triplets`` as written, repeats and self-pairs taking their slots. ngR@k / mNgR@k: the
+  first min(k, 100) rows of ``ng_triplets`` as written (OpenPSG's ranking is what the converters
+  write; OpenPSG keeps 100 and computes them in box mode only). Box IoU as mmdet's ``bbox_overlaps``: float32, no +1,
+  union at least 1e-6, compared with the threshold in float32. A record without triplets (and a
+  missing record) is left out of every mean, GT included (``images_left_out``); absent predicates
+  count 0 and means are per image, whatever ``absent_predicates`` and ``aggregation`` say. sgeval
+  extensions (OpenPSG does not compute them; the rules above carried over): relative k; ngR and
+  mNgR in mask mode; PR@k (a GT pair is hit by a row whose ends both match it); InstR and R@inf (a
+  GT instance is matched when some prediction meets the IoU); PRank (the number of other
+  predicates on rows of ``ng_triplets`` hitting the GT pair before the first row hitting the
+  triplet); zR, ngzR; IMR / wIMR (the rows of ``ng_triplets`` with the predicate, as written).
+* ``sgb``: Scene-Graph-Benchmark's VG evaluation (``maskrcnn_benchmark/data/datasets/evaluation/
+  vg/sgg_eval.py``), SGDet. As ``openpsg``, except: box IoU as its ``boxlist_iou``, float32 with
+  the +1 pixel convention (w = x2 - x1 + 1), inter / ((GT area + predicted area) - inter); every
+  relation row of the GT file counts, duplicates included, in hits and denominators (the other
+  protocols read G without duplicates; the reported GT counts are G's); zR / ngzR over the images
+  with zero-shot rows. In mask mode (Scene-Graph-Benchmark has none) it is an sgeval extension
+  with mask IoU.
+* ``oi``: PySGG's Open Images evaluation (``pysgg/data/datasets/evaluation/oi/``; every rule
+  with file and line: tools/oi_check/README.md), box mode only. Its list: the rows of
+  ``row_lists.oi``, else of ``ng_triplets`` (without them ``triplets``), ranked by their scores, descending (ties keep the
+  written order), the first 100, those scoring above 1e-5 (``sgeval convert openimages`` writes
+  PySGG's own list: two predicates per pair). Every GT row of the file counts, duplicates
+  included, in every evaluated image, with a record or without. R@k: the GT rows hit by the first
+  k rows of the list (a hit as in ``sgb``: predicate, categories, both box IoUs >=
+  ``iou_threshold``, float32, +1 pixel), summed over the images, over all GT rows (+ 1e-12);
+  imgR@k: the per-image mean. AP per predicate, of relationships (AP_rel) and of phrases (AP_phr):
+  the listed rows of the predicate in all images, in GT order, ranked by ``np.argsort`` of their
+  negated scores (PySGG's tie order); a row takes, of the GT rows with its predicate, the one of
+  largest overlap (first on ties; 0 where a category differs; relationships: the lesser of the
+  subject and object IoUs, phrases: the IoU of the union boxes), and is a true positive when that
+  overlap is above ``iou_threshold`` and no better-ranked row took it (else a false positive,
+  even when another GT row would do); VOC AP: precision envelope, sentinels (0, 0) and (1, 0),
+  summed where recall changes; recall over the predicate's GT rows + 1e-12. mAP_rel / mAP_phr:
+  the mean over every predicate of the vocabulary (absent ones: AP 0); wmAP_rel / wmAP_phr:
+  weighted by GT rows; ``score`` = 0.4 mAP_rel + 0.2 R@50 + 0.4 mAP_phr and ``score_wtd`` the
+  same with the wmAPs (what PySGG returns and papers report). mR@k: the mean recall PySGG prints
+  beside it, of ``triplets`` under ``sgb``'s rules (images without triplets left out of it). It
+  needs row scores (one error line when a record has rows without them). It reads the stored
+  instances in every task (PySGG's Open Images pass scores the predicted boxes also in PredCls). ``--compare-protocols``
+  adds the five recall protocols (it runs on any prediction; oi only when named).
+* ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
+  or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
+  GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
+  and scores 1 in place of the stored ones (as Scene-Graph-Benchmark's evaluator does), sgcls with
+  the stored instances. Task check, reported per image (``task_check``): a prediction with another
+  number of instances than the GT (evaluated as stored, also in predcls; except under ``sgb`` and
+  ``oi``'s classic mR in predcls, where the GT's instances are put in place by index whatever their
+  number, as Scene-Graph-Benchmark's and PySGG's evaluators do, a row on an instance beyond the
+  GT's being an error, and task_check says so), a box more than
+  BOX_TOLERANCE (1 px) away from its GT box in any coordinate (box mode), a label other than the
+  GT's (predcls).
+* A@k (Top@K accuracy, sgcls and predcls only; Scene-Graph-Benchmark's ``SGPairAccuracy``): the
+  protocol's R@k of the rows of ``triplets`` whose (subject, object) index pair is the pair of a
+  GT relation (the ranking restricted to GT pairs before the cut-off), pooled: hits summed over
+  the evaluated images over their GT relations, whatever ``aggregation`` says. It is not a recall
+  and is never shown as R@k.
+* F1@k = 2 R@k mR@k / (R@k + mR@k) (0 when both are 0); not in the default families.
+* ``predicate_groups``: mR@k per group (``mR@k/head``, ...), the mean of the group's per-predicate
+  mR@k with the protocol's absent-predicate rule. ``frequency``: predicates by training relation
+  count, head = the most frequent holding half of the training relations, body = the next ones up
+  to 90%, tail = the rest; ``pysgg-vg150``: PySGG's split of VG150 (its LONGTAIL_PART_DICT: head
+  has, of, on, wearing; body 12 predicates; tail the other 34); or a JSON/YAML file mapping group
+  names to predicate names.
+* Warnings for two misreadings: in sgcls / predcls, every row on a GT pair (predictions
+  restricted to GT pairs: their "R@k" is A@k); and a ``triplets`` list in which more than a third
+  of the rows repeat an earlier subject-object pair (one-stage models write such lists; so does
+  a no-graph-constraint list given as the graph-constrained one, and openpsg and sgb read it as
+  written).
+* Graph-constrained selection GC_k (the other protocols): walk ``triplets``, drop a triplet whose
+  predicted (s, o) pair occurred earlier, keep the first k. No-graph-constraint NG_k: walk
+  ``ng_triplets``, drop exact repeats, keep the first k. Relative k ``x10``: k = max(1,
+  floor(10 |G| + 0.5)). A selection is mapped through the matching; triplets with an unmatched
+  end are dropped and the rest compared with G as a set of (s_gt, o_gt, p).
+* PRank (Algorithm 6): walk ``ng_triplets``, map, drop unmatched, drop exact repeats of an earlier
+  mapped triplet; a triplet's rank is the number of earlier kept triplets with the same mapped
+  pair. Per image and predicate, the mean rank of the GT triplets that appear (a multiset mean);
+  undefined when none appears.
+* Zero-shot (zR@k, ngzR@k): GT triplets whose (subject category, object category, predicate)
+  type never occurs in the training split (``train_gt``, default the non-test entries of ``gt``),
+  or that are listed in ``zeroshot_triplets``; recall over them with the R@k / ngR@k selection
+  (relative k still counts all of G). Images without zero-shot triplets are skipped.
+* IMR@k: per image and predicate p of G, the first k triplets with predicate p in the NG order of
+  ``ng_triplets`` (exact repeats dropped), matched, over |G^(p)|; aggregated like mR. When an image
+  lists fewer than k such triplets for a predicate of its GT, a warning counts it. wIMR@k =
+  sum_p w_p IMR(p), w_p = n_p^tau / sum_q n_q^tau over the predicates present, n_p = distinct
+  (subject category, object category) pairs of predicate p in the training split.
+* Aggregation ``per_image`` (default; SGBench, OpenPSG and the Scene-Graph-Benchmark code):
+  R-type metrics (R, ngR, PR, InstR, R@inf, zR, ngzR) are means over evaluated images (zR: over
+  images with zero-shot triplets). m-type metrics (mR, mNgR, mR@inf, IMR, PRank) are per predicate
+  the mean over the images whose G holds it (PRank: where defined), then the mean over the
+  predicates present in the evaluated GT (PRank: over predicates with a value). ``pooled``: sums
+  of hits over sums of GT (per predicate for m-type). ``absent_predicates: zero`` counts absent
+  predicates as 0 in mR, mNgR, mR@inf and IMR (the OpenPSG rule).
+* Protocol audit, per image and in total: repeated triplets and repeated pairs of ``triplets``,
+  self-pairs, duplicate instances (an earlier instance of the same category with IoU >= 0.5),
+  instances absorbed and dropped by the SingleMPO merge, and relations that repeat a node pair
+  after the merge (what SingleMPO's graph constraint removes). ``audit: false`` leaves it out, and
+  then ``unique`` / ``multimpo`` skip decoding masks whose category is absent from the GT image.
+* An evaluated image without a prediction record counts with zero hits (``openpsg``: left out);
+  records for images that are not evaluated are ignored and counted as ``extra_predictions``.
+* Predicate confusion at ``confusion_k`` (default 50; an absolute or relative cut-off), per
+  protocol: the rows R@k selects (GC_k; multimpo: the first k distinct triplets; openpsg and sgb:
+  the first k rows as written). A GT triplet (s, o, p) counts as (p, p) when a selected row on its
+  pair (both ends matched to s and o under the protocol) has predicate p, else as (p, q) for the
+  predicate q of the first selected row on its pair, else as no prediction. Summed over the
+  images (images openpsg and sgb leave out add nothing; sgb counts every GT row of the file), so a
+  row of the matrix adds up to the GT triplets of its predicate and its diagonal share is that
+  predicate's pooled R@k.
+* ``per_image``: a JSON Lines file, one line per evaluated image in GT order: ``image_id``,
+  ``gt_relations``, ``predicted`` (a record exists), ``hits`` {protocol: the integer hits behind
+  each R-type metric of the run per k (R@k, ngR@k, PR@k, zR@k, ngzR@k, A@k, InstR, R@inf, and of
+  each subset R@k/<name>, ngR@k/<name>) and their denominators (``gt_relations``, ``gt_pairs``,
+  ``gt_zeroshot``, ``gt_instances``, ``gt_relations/<name>``; 0 where the protocol leaves the image
+  out); oi: the hits behind its R@k and the GT rows of the file} and ``audit`` (the audit counts,
+  when on).
+
+Named GT subsets (config ``subsets``, CLI ``--subset``)
+-------------------------------------------------------
+Recall over the GT relations a rule picks: zero-shot recall's idea for any named set of rows.
+A subset is one of (class names as the GT writes them, exactly):
+
+* ``predicates``: a relation whose predicate is in the set;
+* ``objects`` with a ``role``: ``subject`` (the subject's class is in the set), ``object`` (the
+  object's), ``both`` (the subject's and the object's) or ``either`` (at least one of them);
+* ``triplets``: a relation whose (subject class, predicate, object class) is one of the listed
+  ``[subject, predicate, object]`` name triples.
+
+``subsets`` is a list, or a mapping of names to specs; ``--subset`` (repeatable) takes the list's
+text form and replaces the config's subsets::
+
+    subsets:
+      - ovsgtr-novel-objects                      # a preset (below), named by itself
+      - ovd=ovsgtr-novel-objects                  # a preset under another name
+      - people=objects-either:man,woman,person    # NAME=KIND:NAMES; KIND: predicates, objects-<role>, triplets
+      - rides=triplets:man/riding/horse,woman/riding/horse    # subject/predicate/object
+      - {name: spatial, kind: predicates, members: [above, under, in front of]}
+    subsets: {people: {kind: objects, role: both, members: [man, woman]}, near: "predicates:near,behind"}
+    python sgeval.py --config c.yaml --subset people=objects-both:man,woman --subset ovsgtr-novel-predicates
+
+A name is 1 to 64 letters, digits, '.', '_', '+' or '-' (from a letter or digit), given once, and
+not a predicate group's; a name with a comma or a slash needs the mapping form. A bad spec is one
+error line naming the subset; so is a subset whose names the GT lacks (naming them).
+
+Metrics, for every protocol with its own selection, matching, rows and left-out images (openpsg
+and sgb: rows as written, images without predicted relations left out; sgb: every GT row of the
+file, duplicates included), in the families ``metrics`` asks for:
+
+* ``R@k/<name>``, ``ngR@k/<name>``: zR@k / ngzR@k with the subset's rows in place of the zero-shot
+  ones (k resolved with all of the image's G; images without rows of the subset are skipped).
+* ``mR@k/<name>``: per predicate, over the images with subset rows of it (``pooled``: summed);
+  then the mean over the predicates with subset rows, or with ``absent_predicates: zero`` (openpsg
+  and sgb: always) over the subset's predicates (predicates: the members; triplets: theirs;
+  objects: every predicate), those without rows counting 0. None without subset rows. Under
+  ``oi`` only ``mR@k/<name>`` (its classic mR), as its own R@k ranks another list.
+
+Results: the keys above in ``metrics`` and each ``by_protocol`` section; ``per_predicate`` has
+``mR@k/<name>`` for the predicates of the subset's rows; ``subsets`` describes each: ``kind``,
+``role``, ``rule`` (in words), ``members``, ``preset`` and its ``source``, ``gt_relations`` and
+``gt_images`` (rows, duplicates removed, and images with rows among the evaluated ones) and
+``gt_relations_per_predicate``; ``config.subsets`` records each as make_config reads it back (a
+preset by its name). The table prints a section per subset (a row per family, and per protocol
+when several ran); the protocol comparison leaves them out. In an Evaluator's state, an image's
+record holds 1 + 2 len(k) more counts per subset, protocol and predicate of its GT.
+
+Presets: the VG150 splits of OvSGTR (github.com/gpt4vision/OvSGTR at 91afa5b), for VG150 GT with
+Scene-Graph-Benchmark's class names (as ``sgeval convert vg150`` writes it; on a GT without them
+a preset is an error saying so):
+
+* ``ovsgtr-novel-predicates`` (its OvR setting): the 15 novel predicates, datasets/vg.py:40
+  ``VG150_NOVEL_PREDICATE``, the names at the 1-based indices its evaluator tests
+  (datasets/sgg_metrics.py:298-299); rule (sgg_metrics.py:326-329): a row whose predicate is one.
+* ``ovsgtr-novel-objects`` (its OvD setting): the 45 novel object classes, the keys of
+  datasets/vg.py:31 ``VG150_NOVEL2BASE``, the names at the indices of sgg_metrics.py:269; rule
+  (sgg_metrics.py:268-273): a row whose subject and object classes are BOTH novel (role ``both``;
+  the line commented out at :271 tested the opposite, neither class novel).
+* OvD+R (config/GroundingDINO_SwinT_OGC_ovdr.py:105-106 turn both on) has no rule of its own: the
+  two evaluators run side by side, "Novel Object" and "Novel Relation" (datasets/sgg_eval.py:252-262,
+  422-425, 447-453); list both presets.
+
+Its novel recall (sgg_metrics.py:277-290) is Scene-Graph-Benchmark's zero-shot recall over those
+rows: per image over the images with novel rows, the graph-constrained rows of its SGRecall,
+images without predicted relations left out (sgg_eval.py:665). The ``sgb`` protocol's
+``R@k/<preset>`` follows these rules; it is not checked against OvSGTR's code, and OvSGTR's GT
+loader also merges same-class GT boxes with IoU > 0.9 and keeps at most 100 boxes an image
+(datasets/vg.py:363-397), which sgeval's VG150 GT does not.
+
+Prepared ground truth
+---------------------
+In mask mode each GT image's segments, packed, and their ``mask_boxes`` are kept (``GTCache``):
+LZ4-compressed in a folder (``gt_cache``; default the user cache folder, ``default_gt_cache``;
+bounded by SGEVAL_GT_CACHE_MIB, the oldest entries go first) and, in an Evaluator, in memory
+(SGEVAL_GT_MEMORY_MIB). An entry's name is the SHA-256 of the layout's version, the image's
+``image_id``, size and segment ids and the PNG's bytes; its content carries its own SHA-256, so a
+truncated or tampered entry is ignored and prepared again. ``gt_cache: false`` decodes every PNG.
+The results are the same bits either way.
+
+Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any
+masks, R relations (triplets), K cut-offs, C predicate classes, W 64-bit words of a packed mask.
+A packed mask holds the H x W pixels row by row, eight to a byte, the first pixel in the highest
+bit (``np.packbits`` order), zero padded to whole words.
+"""
 
 if __name__ == "__main__":
     cli()
