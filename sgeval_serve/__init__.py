@@ -1,7 +1,7 @@
 """sgeval serve: a benchmark service on sgeval (uploads, a queue of evaluations, leaderboards).
 
 Start it with ``sgeval serve --config configs/serve/demo.yaml`` (or ``python -m sgeval_serve``);
-README.md, "A benchmark service", says how to configure benchmarks and issue tokens.
+docs/service.md says how to configure benchmarks and issue tokens.
 """
 
 from .cli import main  # noqa: F401

@@ -386,12 +386,12 @@ def test_presets_on_vg150_names(tmp_path):
 
 
 def test_the_documented_examples_read():
-    """The subsets examples of the module docstring and of the README are valid configs."""
+    """The subsets examples of the module docstring and of the metrics guide are valid configs."""
     doc = sgeval.__doc__
     block = doc[doc.index("    subsets:\n      - ovsgtr"):doc.index("    python sgeval.py --config c.yaml --subset")]
     as_list, as_mapping = block.split("\n    subsets: {")
-    readme = (ROOT / "README.md").read_text()
-    example = readme[readme.index("```yaml\nsubsets:") + 8:]
+    guide = (ROOT / "docs" / "metrics.md").read_text()
+    example = guide[guide.index("```yaml\nsubsets:") + 8:]
     for text in (as_list, "subsets: {" + as_mapping, example[:example.index("```")]):
         config = sgeval.make_config({"gt": "g.json", **yaml.safe_load(textwrap.dedent(text))})
         assert len(config.subsets) >= 2
