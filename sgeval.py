@@ -91,7 +91,7 @@ from PIL import Image
 
 __all__ = [  # the public API; the other names are the parts it is made of
     # evaluate
-    "Evaluator", "Panoptic", "evaluate", "format_table", "Config", "load_config", "make_config", "SGEvalError",
+    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "load_config", "make_config", "SGEvalError",
     # the formats
     "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
     "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
@@ -843,6 +843,18 @@ class Panoptic(typing.NamedTuple):
     segment_ids: object
 
 
+class PackedMasks(typing.NamedTuple):
+    """Masks already packed, for Evaluator.update (mask mode): ``bits`` (P, ceil(H W / 8)) uint8,
+    each mask's H x W pixels row by row, eight to a byte, the first pixel in the highest bit (the
+    order of np.packbits), the bits beyond H W zero. On a model's device, for bool masks (P, H, W)
+    of a torch tensor ``m``: ``x = torch.nn.functional.pad(m.reshape(P, -1).to(torch.uint8), (0,
+    -H * W % 8))`` then ``(x.reshape(P, -1, 8) * torch.tensor([128, 64, 32, 16, 8, 4, 2, 1],
+    dtype=torch.uint8, device=m.device)).sum(-1, dtype=torch.uint8)`` (an eighth of the bytes then
+    cross to the host)."""
+
+    bits: object
+
+
 class Evaluator:
     """Evaluate in a model's test loop: ``update`` once per image (in any order, on any number of
     ranks), ``merge`` / ``sync`` the states, ``compute`` the results dict that ``evaluate`` returns.
@@ -1511,6 +1523,8 @@ def update_masks(masks, n, height, width, where, problems):
     if masks is None:
         problems.append(f"{where}: field 'masks' is required in mask mode (gt_seg is set)")
         return None
+    if isinstance(masks, PackedMasks):
+        return _packed_masks(masks.bits, n, height, width, where, problems)
     if isinstance(masks, Panoptic) or isinstance(masks, (tuple, list)) and len(masks) == 2 and \
             _ndim(masks[0]) == 2 and _ndim(masks[1]) == 1:
         return _panoptic_masks(*masks, n, height, width, where, problems)
@@ -1531,6 +1545,27 @@ def update_masks(masks, n, height, width, where, problems):
     else:
         return pack_masks(array.view(bool) if array.dtype.itemsize == 1 else array != 0)
     return None
+
+
+def _packed_masks(bits, n, height, width, where, problems):
+    """Packed (n, W) masks of the PackedMasks form, checked (its layout, the padding bits zero)."""
+    n_bytes = (height * width + 7) // 8
+    array = _as_array(bits, "masks", where, problems)
+    if array is None:
+        return None
+    if array.dtype != np.uint8 or array.shape != (n, n_bytes):
+        problems.append(f"{where}: field 'masks' (PackedMasks) must be ({n}, {n_bytes}) uint8, not {array.dtype} "
+                        f"{array.shape} (one row of ceil(H W / 8) bytes per instance, the GT image's H x W)")
+        return None
+    spare = 8 * n_bytes - height * width
+    if spare and n and (array[:, -1] & np.uint8((1 << spare) - 1)).any():
+        problems.append(f"{where}: field 'masks' (PackedMasks) sets bits beyond the image's {height} x {width} pixels")
+        return None
+    if n_bytes % 8 == 0 and array.flags.c_contiguous:
+        return array.view(np.uint64)
+    words = np.zeros((n, _words(height * width)), np.uint64)
+    words.view(np.uint8)[:, :n_bytes] = array
+    return words
 
 
 def _ndim(value):
@@ -4440,7 +4475,9 @@ triplet_scores=None, ng_triplet_scores=None, row_lists=None)`` takes one image's
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
 plain 2-tuple): an (H, W) integer map and the (P,) segment id of each instance, for instances
-that do not overlap (an id absent from the map is an empty mask); ``boxes`` (P, 4) xyxy in image
+that do not overlap (an id absent from the map is an empty mask), or ``PackedMasks(bits)``: (P,
+ceil(H W / 8)) uint8, packed as np.packbits packs each mask's pixels (packed on the model's device,
+an eighth of the bytes cross to the host and update skips its packing); ``boxes`` (P, 4) xyxy in image
 pixels (required in box mode, checked when given in mask mode); ``scores`` (P,) optional (the
 SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[s, o, p]`` ranked
 best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";

@@ -275,6 +275,46 @@ def test_panoptic_form_on_a_hand_case(tmp_path):
     assert evaluator.compute()["images"]["duplicate_updates"] == 1
 
 
+def test_packed_masks_equal_the_masks_they_hold(demo):
+    """PackedMasks(np.packbits of each mask's pixels) gives the results of the bool masks, byte for
+    byte (the demo's 640 x 480-like sizes and an odd-sized case below), and counts as the same
+    update as them; a torch-like tensor on a device is read as the other fields."""
+    def packed(masks):
+        pixels = masks.shape[1] * masks.shape[2]
+        return sgeval.PackedMasks(Tensor(np.packbits(masks.reshape(len(masks), pixels), axis=1)))
+
+    updates = [(image_id, {**arguments, "masks": packed(arguments["masks"])}) for image_id, arguments in demo.updates]
+    evaluator = feed(sgeval.Evaluator(demo.config()), updates)
+    assert json.dumps(evaluator.compute()) == reference(demo)
+    feed(evaluator, demo.updates[:3])  # the bool masks again: the same arrays, duplicates
+    assert evaluator.compute()["images"]["duplicate_updates"] == 3
+
+
+def test_packed_masks_on_a_hand_case_and_refused_when_malformed(tmp_path):
+    """perfect_case's 2 x 8 image: 16 pixels, two bytes a mask (no padding bits), the same state as
+    the bool masks. A wrong dtype, shape or row length is refused naming the field; so are padding
+    bits set (on a 3 x 3 GT image, 9 pixels: 7 spare bits in the second byte)."""
+    values = perfect_case(tmp_path)
+    masks = np.stack([TOP_LEFT, TOP_RIGHT, BOTTOM])
+    arguments = {"labels": np.array([0, 0, 3]), "triplets": np.array([[0, 2, 0], [1, 2, 1]])}
+    packed, by_masks = sgeval.Evaluator(values), sgeval.Evaluator(values)
+    packed.update("101", masks=sgeval.PackedMasks(np.packbits(masks.reshape(3, -1), axis=1)), **arguments)
+    by_masks.update("101", masks=masks, **arguments)
+    assert state_bytes(packed) == state_bytes(by_masks)
+    bits = np.packbits(masks.reshape(3, -1), axis=1)
+    for bad, words in ((bits.astype(np.int64), "uint8, not int64"), (bits[:, :1], "(3, 2) uint8"),
+                       (bits[:2], "(3, 2) uint8")):
+        with pytest.raises(sgeval.SGEvalError, match=re.escape(words)):
+            packed.update("102", masks=sgeval.PackedMasks(bad), **arguments)
+    odd = sgeval.pack_masks(np.ones((1, 3, 3), bool))[:, :1].view(np.uint8)[:, :2].copy()
+    assert odd.tolist() == [[255, 128]]
+    problems = []
+    assert sgeval._packed_masks(odd, 1, 3, 3, "image x", problems) is not None and not problems
+    odd[0, 1] |= 1  # a pixel beyond the 9
+    assert sgeval._packed_masks(odd, 1, 3, 3, "image x", problems) is None
+    assert problems == ["image x: field 'masks' (PackedMasks) sets bits beyond the image's 3 x 3 pixels"]
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.int8, np.uint16])
 def test_integer_0_1_masks_equal_bool_masks(demo, dtype):
     """Masks given as 0/1 integers of any width give the results of the same bool masks."""
