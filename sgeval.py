@@ -705,17 +705,9 @@ def read_gt(gt_path, seg_root=None):
         # duplicate relations dropped (keys in range unless a problem was just reported)
         first, file_rows = _distinct_rows((relations[:, 0] * len(categories) + relations[:, 1]) * len(predicates)
                                           + relations[:, 2])
-        seg_path = None
-        if seg_root is not None:
-            if not isinstance(entry.pan_seg_file_name, str):
-                problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
-                continue
-            seg_path = os.path.join(seg_root, entry.pan_seg_file_name)
-            if len(np.unique(entry.segment_ids)) < len(entry.segment_ids):
-                problems.append(f"{where}: field 'segments_info' lists a segment id twice")
-            if not os.path.isfile(seg_path):
-                problems.append(f"{seg_path}: image {entry.image_id}: panoptic PNG not found "
-                                f"(field 'pan_seg_file_name' under {seg_root})")
+        seg_path = _segmentation_path(entry, seg_root, where, problems) if seg_root is not None else None
+        if seg_path is False:
+            continue
         images.append(GTImage(entry.image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories,
                               boxes, relations[first], file_rows))
     listed = {entry.image_id for entry in data["data"] if isinstance(entry, _Entry)}
@@ -725,6 +717,21 @@ def read_gt(gt_path, seg_root=None):
     if problems:
         raise SGEvalError(problems)
     return GroundTruth(objects, predicates, images, len(skipped), training, skipped)
+
+
+def _segmentation_path(entry, seg_root, where, problems):
+    """Mask mode: the path of an entry's panoptic PNG, its segment ids checked; False when the
+    entry names none (its problem appended)."""
+    if not isinstance(entry.pan_seg_file_name, str):
+        problems.append(f"{where}: missing field 'pan_seg_file_name' (needed in mask mode)")
+        return False
+    seg_path = os.path.join(seg_root, entry.pan_seg_file_name)
+    if len(np.unique(entry.segment_ids)) < len(entry.segment_ids):
+        problems.append(f"{where}: field 'segments_info' lists a segment id twice")
+    if not os.path.isfile(seg_path):
+        problems.append(f"{seg_path}: image {entry.image_id}: panoptic PNG not found "
+                        f"(field 'pan_seg_file_name' under {seg_root})")
+    return seg_path
 
 
 def _load_annotations(path, keys, what="JSON"):
@@ -3770,14 +3777,20 @@ def aggregate(counts, k_labels, imr_labels=(), metrics=METRIC_FAMILIES, absent_p
             out[f"{family}@{label}"] = _r_type(counts[field][:, index], counts["z_gt"], pooled)
     for index, label in enumerate(imr_labels if {"IMR", "wIMR"} & set(metrics) else ()):
         m_type(f"IMR@{label}", counts["imr_hits"][:, index])
-    pairs = np.zeros(gt_rel.shape[1]) if predicate_pairs is None else np.asarray(predicate_pairs, np.float64)
+    _weighted_imr(out, per_predicate, imr_labels, metrics, present, predicate_pairs, tau)
+    return {key: float(value) for key, value in out.items()}, per_predicate
+
+
+def _weighted_imr(out, per_predicate, imr_labels, metrics, present, predicate_pairs, tau):
+    """aggregate's wIMR@k: sum_p w_p IMR(p), w_p = n_p^tau over the predicates present (n_p:
+    predicate_pairs); the IMR@k keys are dropped when only wIMR was asked for."""
+    pairs = np.zeros(len(present)) if predicate_pairs is None else np.asarray(predicate_pairs, np.float64)
     weights = np.where(present, pairs ** tau, 0.0)
     for label in imr_labels if "wIMR" in metrics else ():
         imr = np.nan_to_num(per_predicate[f"IMR@{label}"])
         out[f"wIMR@{label}"] = float((weights / weights.sum() * imr).sum()) if weights.sum() > 0 else np.nan
     for label in imr_labels if "IMR" not in metrics and "wIMR" in metrics else ():  # wIMR only
         del out[f"IMR@{label}"], per_predicate[f"IMR@{label}"]
-    return {key: float(value) for key, value in out.items()}, per_predicate
 
 
 # ---------------------------------------------------------------------------------------------
