@@ -1,0 +1,1 @@
+"""OpenPSG's own evaluator as the oracle of sgeval's openpsg protocol (README.md)."""
