@@ -1,1 +1,1 @@
-"""OpenPSG's own evaluator as the oracle of sgeval's openpsg protocol (README.md)."""
+"""panopticapi, OpenPSG (through mmdet 2.20.0) and fair-psgg's merges as the oracles of panoptic quality (README.md)."""
