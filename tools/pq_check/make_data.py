@@ -2,11 +2,11 @@
 
     tools/pq_check/build/venv/bin/python -m tools.pq_check.make_data --seed S --images N --out DIR
 
-DIR/psg.json, DIR/panoptic/<id>.png   the GT: 6 thing and 4 stuff classes, segments_info with iscrowd,
+DIR/psg.json, DIR/panoptic/<id>.png   the GT: 7 thing and 5 stuff classes, segments_info with iscrowd,
                                       isthing and area, relations; train images and a test image
                                       without relations (neither is scored)
 DIR/pan/<id>.npy                      pan_results as OpenPSG's Results carry them: int64 (H, W),
-                                      value = category + instance * 1000, category 10 (= the number of
+                                      value = category + instance * 1000, category 12 (= the number of
                                       classes) VOID; instances numbered from 0 as PSGTR does
 DIR/coco/panoptic.json, coco/panoptic/<id>.png
                                       the same segmentations as COCO-panoptic PNG + segments_info:
@@ -17,7 +17,7 @@ DIR/masks/<id>.{masks,scores,categories}.npy
 DIR/data_summary.json                 how many of each deliberate case were written (every CASES key
                                       must be there, or it exits with an error)
 
-Images are 20 x 24. Each GT segment is predicted copied, halved (IoU exactly 0.5 when its area is
+Images are 20 x 24. Classes 6 (toaster) and 11 (ceiling) never occur, so the means must leave them out. Each GT segment is predicted copied, halved (IoU exactly 0.5 when its area is
 even), cut to 60 %, grown by a ring, relabelled, split, or dropped; spurious segments land on VOID,
 on crowd regions and on other segments. The first image holds every hand-made case (below), so
 every fixture has them whatever the seed. Tied scores are written only where numpy's argsort()[::-1]
@@ -33,8 +33,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-THINGS = ["person", "horse", "dog", "car", "cup", "kite"]
-STUFF = ["grass", "sky", "wall", "floor"]
+THINGS = ["person", "horse", "dog", "car", "cup", "kite", "toaster"]  # toaster and ceiling never occur: no mean
+STUFF = ["grass", "sky", "wall", "floor", "ceiling"]                   # may count them
+USED_THINGS, USED_STUFF = len(THINGS) - 1, len(STUFF) - 1
+PERSON, HORSE, DOG, CAR, CUP, KITE = range(6)
+GRASS, SKY = len(THINGS), len(THINGS) + 1
 PREDICATES = ["on", "beside", "holding"]
 NUM_CLASSES = len(THINGS) + len(STUFF)  # also pan_results' VOID category
 HEIGHT, WIDTH = 20, 24
@@ -43,7 +46,7 @@ COUNT = collections.Counter()
 CASES = ("GT crowd segments", "GT ids not in segments_info", "GT JSON area differing from the PNG",
          "GT train images", "GT test images without relations", "predictions halved (IoU exactly 0.5)",
          "predictions relabelled", "predictions grown over VOID", "spurious on VOID", "spurious on crowd",
-         "pan_results id 0 with VOID pixels", "pan_results VOID pixels", "masks with tied scores",
+         "pan_results id 0 with VOID pixels", "pan_results VOID pixels", "masks with tied scores", "tied masks whose order decides the pixels",
          "masks absorbed at IoU exactly 0.5", "masks covered by higher-scored masks")
 
 
@@ -65,25 +68,25 @@ def gt_image(rng):
     """[(mask, category, iscrowd)] painted in order (later over earlier) and an unlisted-id mask or None."""
     layers = []
     top = 0
-    for category in rng.choice(len(STUFF), int(rng.integers(1, 4)), replace=False):
+    for category in rng.choice(USED_STUFF, int(rng.integers(1, 4)), replace=False):
         height = int(rng.integers(3, 8))
         layers.append((rect(blank(), top, 0, height, WIDTH - int(rng.integers(0, 6))), len(THINGS) + int(category), 0))
         top += height + int(rng.integers(0, 3))  # gaps stay VOID
     for _ in range(int(rng.integers(1, 5))):
-        layers.append((random_rect(rng), int(rng.integers(len(THINGS))), int(rng.random() < 0.2)))
+        layers.append((random_rect(rng), int(rng.integers(USED_THINGS)), int(rng.random() < 0.2)))
     unlisted = random_rect(rng, 2, 4) if rng.random() < 0.2 else None
     return layers, unlisted
 
 
 def hand_gt():
     """The first image: every hand-made case in one place."""
-    layers = [(rect(blank(), 0, 0, 6, 24), 7, 0),     # sky
-              (rect(blank(), 14, 0, 6, 20), 6, 0),    # grass; rows 6-13 and the corner stay VOID
-              (rect(blank(), 7, 1, 4, 4), 0, 0),      # person, 16 px: its prediction halved (IoU 0.5)
-              (rect(blank(), 7, 7, 4, 4), 0, 1),      # crowd person
-              (rect(blank(), 7, 12, 2, 4), 0, 1),     # a second crowd person (the last one counts)
-              (rect(blank(), 15, 2, 3, 4), 1, 0),     # horse: relabelled as dog
-              (rect(blank(), 15, 8, 3, 4), 2, 0)]     # dog: JSON area off by 2
+    layers = [(rect(blank(), 0, 0, 6, 24), SKY, 0),
+              (rect(blank(), 14, 0, 6, 20), GRASS, 0),   # rows 6-13 and the corner stay VOID
+              (rect(blank(), 7, 1, 4, 4), PERSON, 0),    # 16 px: its prediction halved (IoU 0.5)
+              (rect(blank(), 7, 7, 4, 4), PERSON, 1),    # crowd
+              (rect(blank(), 7, 12, 2, 4), PERSON, 1),   # a second crowd person (the last one counts)
+              (rect(blank(), 15, 2, 3, 4), HORSE, 0),    # predicted as a dog
+              (rect(blank(), 15, 8, 3, 4), DOG, 0)]      # JSON area off by 2
     return layers, rect(blank(), 10, 20, 2, 2)
 
 
@@ -133,6 +136,7 @@ def predicted_layers(rng, gt_ids, segments):
             mask = grown
         elif action == "relabel":
             category = int((category + 1 + rng.integers(NUM_CLASSES - 1)) % NUM_CLASSES)
+            category = category if category not in (USED_THINGS, NUM_CLASSES - 1) else 0
             COUNT["predictions relabelled"] += 1
         elif action == "split":
             left = mask.copy()
@@ -143,7 +147,7 @@ def predicted_layers(rng, gt_ids, segments):
             continue
         layers.append((mask, category))
     for _ in range(int(rng.integers(0, 3))):
-        layers.append((random_rect(rng, 2, 6), int(rng.integers(NUM_CLASSES))))
+        layers.append((random_rect(rng, 2, 6), int(rng.integers(USED_THINGS))))
     return layers
 
 
@@ -185,12 +189,21 @@ def overlapping_masks(rng, gt_ids, segments):
             half = blank().ravel()
             half[np.flatnonzero(mask.ravel())[:int(mask.sum()) // 2]] = True
             masks.append(half.reshape(HEIGHT, WIDTH)), scores.append(score - 0.1)
-            categories.append(int((segment["category_id"] + 1) % NUM_CLASSES))
+            categories.append(int((segment["category_id"] + 1) % USED_THINGS))
             COUNT["masks absorbed at IoU exactly 0.5"] += 1
     for _ in range(int(rng.integers(1, 4))):
         masks.append(random_rect(rng, 2, 7)), scores.append(float(rng.choice(levels)))
-        categories.append(int(rng.integers(NUM_CLASSES)))
+        categories.append(int(rng.integers(USED_THINGS)))
     return np.array(masks), np.array(scores), np.array(categories, np.int64)
+
+
+def with_tied_pair(masks, scores, categories):
+    """Two more masks with the top score, overlapping with IoU 4/44 (no absorption): the one walked
+    first claims the overlap, so the tie order decides the segmentation."""
+    pair = [rect(blank(), 12, 2, 4, 6), rect(blank(), 14, 6, 4, 6)]
+    COUNT["tied masks whose order decides the pixels"] += 1
+    return (np.concatenate([masks, np.array(pair)]), np.concatenate([scores, [0.95, 0.95]]),
+            np.concatenate([categories, [CAR, CUP]]))
 
 
 def ties_are_stable(scores):
@@ -236,6 +249,8 @@ def write_predictions(rng, out, image_id, gt_ids, segments, hand):
         else:
             layers = predicted_layers(rng, gt_ids, segments)
         masks, scores, categories = overlapping_masks(rng, gt_ids, segments)
+        if hand:
+            masks, scores, categories = with_tied_pair(masks, scores, categories)
         if ties_are_stable(scores):
             break
     else:
@@ -255,12 +270,14 @@ def hand_layers(gt_ids, segments):
     of the GT person and VOID pixels over the other half (OpenPSG joins them to it: IoU 16/28 instead
     of 8/16), grass and sky copied, the horse as a dog, a person on the first crowd person (an FP: only
     the category's last crowd segment is ignored), a dog mostly on VOID (ignored), the dog copied (its
-    JSON area is 2 more than its pixels)."""
+    JSON area is 2 more than its pixels), a kite half on VOID, half on the GT's unlisted id (an FP: only
+    id 0 is VOID)."""
     by_category = {s["category_id"]: gt_ids == s["id"] for s in segments if not s["iscrowd"]}
-    person = by_category[0].copy()
+    person = by_category[PERSON].copy()
     person[:, 3:] = False
-    return [(person, 0), (by_category[6], 6), (by_category[7], 7), (by_category[1], 2),
-            (rect(blank(), 7, 7, 3, 4), 0), (rect(blank(), 6, 14, 5, 4), 2), (by_category[2], 2)]
+    return [(person, PERSON), (by_category[GRASS], GRASS), (by_category[SKY], SKY), (by_category[HORSE], DOG),
+            (rect(blank(), 7, 7, 3, 4), PERSON), (rect(blank(), 6, 14, 5, 4), DOG), (by_category[DOG], DOG),
+            (rect(blank(), 9, 20, 4, 2), KITE)]
 
 
 def generate(seed, n_images, out):
