@@ -17,8 +17,9 @@ DIR/masks/<id>.{masks,scores,categories}.npy
 DIR/data_summary.json                 how many of each deliberate case were written (every CASES key
                                       must be there, or it exits with an error)
 
-Images are 20 x 24. Classes 6 (toaster) and 11 (ceiling) never occur, so the means must leave them out. Each GT segment is predicted copied, halved (IoU exactly 0.5 when its area is
-even), cut to 60 %, grown by a ring, relabelled, split, or dropped; spurious segments land on VOID,
+Images are 20 x 24. Classes 6 (toaster) and 11 (ceiling) never occur, so the means must leave them
+out. Each GT segment is predicted copied, halved (IoU exactly 0.5 when its area is even), cut to
+60 %, grown by a pixel, relabelled, split, or dropped; spurious segments land on VOID,
 on crowd regions and on other segments. The first image holds every hand-made case (below), so
 every fixture has them whatever the seed. Tied scores are written only where numpy's argsort()[::-1]
 (fair-psgg's order) equals the stable order reversed; an image is redrawn otherwise.
