@@ -45,6 +45,11 @@
 #                           the same for PySGG's Open Images evaluation (pinned commit: oi_evaluation, its AP and
 #                           recall and the classic recall it prints) on generated OI data in sgdet, sgcls and
 #                           predcls; rewrites tests/data/oi/*.zip (tools/oi_check/README.md; not part of make test)
+#   make check-pq OPENPSG=<path> PANOPTICAPI=<path> FAIR_PSGG=<path>
+#                           panoptic quality: panopticapi's pq_compute, OpenPSG's evaluate(metric=['PQ']) through
+#                           mmdet 2.20.0, and fair-psgg's two mask merges (pinned commits, unmodified) on generated
+#                           PSG data; rewrites tests/data/pq/*.zip and checks tests/reference_pq.py against them
+#                           (tools/pq_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -56,7 +61,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-pq clean distclean
 
 setup: $(STAMP) browser
 
@@ -199,6 +204,18 @@ check-oi: $(STAMP)
 	       "a63942a076932b3756a477cf8919c3b74cd36207, e.g. git clone https://github.com/SHTUPLUS/PySGG)" >&2; \
 	  exit 2; fi
 	PYSGG="$(PYSGG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/oi_check/run.sh
+
+# panopticapi, OpenPSG (mmdet 2.20.0) and fair-psgg as the oracles of panoptic quality (tools/pq_check/): its own
+# venv and the tools' sources in tools/pq_check/build/; regenerates the fixtures of tests/oracles/test_pq_oracle.py.
+check-pq: $(STAMP)
+	@if [ -z "$(OPENPSG)" ] || [ -z "$(PANOPTICAPI)" ] || [ -z "$(FAIR_PSGG)" ]; then \
+	  echo "usage: make check-pq OPENPSG=<path> PANOPTICAPI=<path> FAIR_PSGG=<path>   (git checkouts or mirrors" \
+	       "holding OpenPSG 34b2a892f7441966265e3d60ad01ee8eeae89041, panopticapi" \
+	       "7bb4655548f98f3fedc07bf37e9040a992b054b0 and fair-psgg fba4da3e456f6a2e11d760782a8ce2d94bd2e462;" \
+	       "e.g. git clone https://github.com/cocodataset/panopticapi)" >&2; \
+	  exit 2; fi
+	OPENPSG="$(OPENPSG)" PANOPTICAPI="$(PANOPTICAPI)" FAIR_PSGG="$(FAIR_PSGG)" PYTHON="$(PYTHON_BOOT)" \
+	  SGEVAL_PYTHON=$(PY) tools/pq_check/run.sh
 
 clean:
 	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
