@@ -156,6 +156,7 @@ class LegacyTool(typing.NamedTuple):
 
 LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
 MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are duplicates
+VOID_ID = 0  # a panoptic PNG's pixels of this id are VOID (panoptic quality leaves them out)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line separators str.splitlines knows
@@ -248,6 +249,8 @@ class Config:
     per_image: str | None = None  # JSON Lines file of every image's hits
     model: str | None = None  # the model's name in reports (default: the results file's name)
     subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
+    pq: bool = False  # panoptic quality (PQ / SQ / RQ) of the predicted masks, as panopticapi computes it
+    pq_merge: str = "none"  # overlapping masks become a panoptic segmentation by this rule (MERGE_RULES)
 
 
 _CHOICES = {"task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
@@ -327,8 +330,10 @@ def make_config(values, source="config", need_pred=False):
     workers = int(workers) if isinstance(workers, str) and re.fullmatch(r"\s*[0-9]{1,3}\s*", workers) else workers
     if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
         problems.append(f"{source}: workers must be an integer from 1 to {MAX_WORKERS}")
-    problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit")
+    problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit", "pq")
                  if not isinstance(merged[key], bool)]
+    if merged["pq_merge"] not in MERGE_RULES:
+        problems.append(f"{source}: pq_merge '{merged['pq_merge']}' is not one of {', '.join(MERGE_RULES)}")
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
                        for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output",
                                    "per_image", "model")},
@@ -341,10 +346,13 @@ def make_config(values, source="config", need_pred=False):
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
                     per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
+                    pq=merged["pq"], pq_merge=merged["pq_merge"],
                     gt_cache=_gt_cache_value(merged["gt_cache"], source, problems),
                     subsets=subset_specs(merged["subsets"], source, problems))
     for name in dict.fromkeys((config.protocol, *config.protocols)):
         problems += PROTOCOLS[name].config_problems(config, source) if name in PROTOCOLS else []
+    if config.pq is True:
+        problems += MEASURES["pq"].config_problems(config, source)
     if problems:
         raise SGEvalError(problems)
     return config
@@ -559,6 +567,8 @@ class GTImage:
     file_rows: np.ndarray  # (R_file,) int64 index into relations, in file order
     zeroshot: np.ndarray | None = None  # (R,) bool: triplet type unseen in training (set by evaluate)
     subsets: np.ndarray | None = None  # (R, S) bool: the row is in the configured subset s (set by the Evaluator)
+    crowd: np.ndarray | None = None  # (G,) bool: segments_info's iscrowd (panoptic quality)
+    areas: np.ndarray | None = None  # (G,) int64: segments_info's area, None when one lacks it (panoptic quality)
 
 
 @dataclasses.dataclass
@@ -569,6 +579,7 @@ class GroundTruth:
     skipped_no_relations: int
     training: tuple  # training_statistics() of the data entries outside test_image_ids
     skipped: dict = dataclasses.field(default_factory=dict)  # test images without relations: id -> (height, width)
+    n_things: int = 0  # object_classes[:n_things] are thing_classes, the rest stuff_classes
 
 
 def _types(values):
@@ -638,6 +649,8 @@ class _Entry(typing.NamedTuple):
     boxes: np.ndarray | None  # (G, 4) float64
     relations: np.ndarray | None  # (R, 3) int64, duplicates kept
     problems: dict
+    crowd: np.ndarray | None = None  # (G,) bool: iscrowd (0 where not given)
+    areas: np.ndarray | None = None  # (G,) int64: area, None unless every segment gives one
 
 
 def _compact_entry(entry):
@@ -647,8 +660,10 @@ def _compact_entry(entry):
     size = [entry[key] if type(entry.get(key)) is int and entry[key] >= 1 else None for key in ("height", "width")]
     segments, annotations = entry.get("segments_info"), entry.get("annotations")
     ids = categories = boxes = None
+    crowd = areas = None
     if isinstance(segments, list) and _types(segments) <= {dict}:
         ids, categories = (int_array([s.get(key) for s in segments]) for key in ("id", "category_id"))
+        crowd, areas = int_array([s.get("iscrowd", 0) for s in segments]), int_array([s.get("area") for s in segments])
     if isinstance(annotations, list) and _types(annotations) <= {dict}:
         boxes = box_array([a.get("bbox") for a in annotations])
     relations = rows_array(entry.get("relations", 0), 3)  # 0: a missing field is malformed
@@ -656,12 +671,16 @@ def _compact_entry(entry):
                 if value is None}
     if ids is None or categories is None:
         problems["segments_info"] = "field 'segments_info' must list objects with an integer 'id' and 'category_id'"
+    if crowd is None or crowd.size and (crowd.min() < 0 or crowd.max() > 1):
+        problems["segments_info"] = "field 'segments_info': 'iscrowd' must be 0 or 1"
+    if areas is not None and areas.size and areas.min() < 0:
+        problems["segments_info"] = "field 'segments_info': 'area' must be a count of pixels"
     if boxes is None:
         problems["annotations"] = "field 'annotations' must list objects with a 'bbox' of four finite numbers"
     if relations is None:
         problems["relations"] = "field 'relations' must be a list of [3 integers] rows"
     return _Entry(str(entry["image_id"]), *size, entry.get("pan_seg_file_name"), ids, categories, boxes, relations,
-                  problems)
+                  problems, None if crowd is None else crowd.astype(bool), areas)
 
 
 def read_gt(gt_path, seg_root=None):
@@ -709,14 +728,14 @@ def read_gt(gt_path, seg_root=None):
         if seg_path is False:
             continue
         images.append(GTImage(entry.image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories,
-                              boxes, relations[first], file_rows))
+                              boxes, relations[first], file_rows, crowd=entry.crowd, areas=entry.areas))
     listed = {entry.image_id for entry in data["data"] if isinstance(entry, _Entry)}
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
     training = training_statistics(train, len(objects), len(predicates), gt_path, problems)
     if problems:
         raise SGEvalError(problems)
-    return GroundTruth(objects, predicates, images, len(skipped), training, skipped)
+    return GroundTruth(objects, predicates, images, len(skipped), training, skipped, len(data["thing_classes"]))
 
 
 def _segmentation_path(entry, seg_root, where, problems):
@@ -885,7 +904,7 @@ class Evaluator:
         mark_zeroshot(self.gt.images, self.training.types, given)
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
         self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
-        self.settings = settings_of(self.config, n_predicates, self.subsets)
+        self.settings = settings_of(self.config, n_predicates, self.subsets, self.gt)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
         self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
             and self.config.gt_cache is not False else None
@@ -1101,6 +1120,8 @@ class Evaluator:
             for path in (config.gt, config.train_gt, config.zeroshot_triplets):
                 digest.update(_file_digest(path))
             settings = self.settings._asdict()
+            if not self.settings.measures:  # (states of runs without measures as before they existed)
+                settings = {key: value for key, value in settings.items() if key not in MEASURE_SETTINGS}
             digest.update(json.dumps([__version__, settings], sort_keys=True).encode())
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
@@ -1140,7 +1161,7 @@ class Evaluator:
     def _counted(self, slots):
         """The Counted of the given GT slots (those without an update as predicting nothing)."""
         settings = self.settings
-        stores = {name: CountStore(len(slots), PROTOCOLS[name].shapes(settings)) for name in settings.protocols}
+        stores = {unit.name: CountStore(len(slots), unit.shapes(settings)) for unit in run_units(settings)}
         audits = np.zeros((len(slots), len(AUDIT_FIELDS)), np.int64)
         checks = np.zeros((len(slots), len(CHECK_FIELDS)), np.int64)
         C = settings.n_predicates
@@ -1153,14 +1174,16 @@ class Evaluator:
             values = record.values if record is not None else pack_record(
                 evaluate_image(ImageTask(image, None, None, settings)), image, settings)
             columns, blocks, audit, check = unpack_record(values, settings)
-            for protocol, fields in blocks.items():
-                stores[protocol].images[index] = columns, fields
-                np.add.at(confusion[protocol], *fields["confusion"])
+            for name, fields in blocks.items():
+                stores[name].images[index] = columns, fields
+                if name in confusion:
+                    np.add.at(confusion[name], *fields["confusion"])
             if audit is not None:
                 audits[index] = audit
             checks[index] = check
-        return Counted(stores, audits, checks, predicted, len(self.extra) + self.other_records,
-                       {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()})
+        return Counted({name: stores.pop(name) for name in settings.protocols}, audits, checks, predicted,
+                       len(self.extra) + self.other_records,
+                       {protocol: cells.reshape(C, C + 1) for protocol, cells in confusion.items()}, stores)
 
 
 DIGEST = 16  # bytes of an update's digest
@@ -1183,11 +1206,14 @@ class ImageRecord(typing.NamedTuple):
     values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
 
 
-def settings_of(config, n_predicates, subsets=()):
-    """The Settings every image of a run is evaluated with (subsets: resolve_subsets of its specs)."""
+def settings_of(config, n_predicates, subsets=(), gt=None):
+    """The Settings every image of a run is evaluated with (subsets: resolve_subsets of its specs;
+    gt: the GroundTruth, whose vocabulary panoptic quality counts over)."""
+    measures = ("pq",) if config.pq else ()
     return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
                     config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
-                    config.confusion_k, tuple(subsets))
+                    config.confusion_k, tuple(subsets), measures, config.pq_merge if measures else None,
+                    len(gt.object_classes) if gt and measures else 0, gt.n_things if gt and measures else 0)
 
 
 def _file_digest(path):
@@ -1226,8 +1252,8 @@ def pack_record(result, image, settings):
     (their length, then the values), the audit counts (when on) and the CHECK_FIELDS counts."""
     columns = np.unique(image.relations[:, 2])
     parts = [[len(columns)], columns]
-    for name in settings.protocols:
-        counts, fields = result.counts[name], PROTOCOLS[name].fields
+    for unit in run_units(settings):
+        counts, fields = result.counts[unit.name], unit.fields
         for field in (field for field in fields if not field.ragged):
             value = np.asarray(counts[field.name], np.int64)
             parts.append(value[..., columns] if field.per_predicate else value)
@@ -1263,8 +1289,9 @@ def unpack_record(values, settings):
         at += size
         return values[at - size:at].reshape(shape)
 
-    for name in settings.protocols:
-        fields, blocks[name] = PROTOCOLS[name].fields, {}
+    for unit in run_units(settings):
+        name = unit.name
+        fields, blocks[name] = unit.fields, {}
         for field in (field for field in fields if not field.ragged):
             shape = field.shape(settings)
             blocks[name][field.name] = take(shape[:-1] + (n_columns,) if field.per_predicate else shape)
@@ -2002,6 +2029,11 @@ def _png_bytes(image):
 def load_gt_masks(image, data=None):
     """Packed masks (G, W) of the segments of one GT image, from its panoptic PNG (data: its bytes,
     when read already). The result is a buffer reused by the next call in this thread."""
+    return _decoded_gt(image, data)[:len(image.segment_ids)]
+
+
+def _decoded_gt(image, data=None):
+    """load_gt_masks' rows and one more: the VOID pixels (id VOID_ID), (G + 1, W)."""
     where = f"{image.seg_path}: image {image.image_id}"
     data = _png_bytes(image) if data is None else data
     try:
@@ -2021,9 +2053,9 @@ def load_gt_masks(image, data=None):
     if rgb.dtype != np.uint8 or rgb.shape[:2] != (image.height, image.width) or rgb.ndim != 3:
         raise SGEvalError([f"{where}: panoptic PNG must be 8-bit RGB, not {rgb.dtype} {rgb.shape}"])
     n_words = _words(image.height * image.width)
-    bits = _buffer("gt_bits", len(image.segment_ids) * n_words, np.uint64).reshape(-1, n_words)
+    bits = _buffer("gt_bits", (len(image.segment_ids) + 1) * n_words, np.uint64).reshape(-1, n_words)
     bits[:] = 0
-    found = pack_segments(rgb, image.segment_ids, bits.view(np.uint8))
+    found = pack_segments(rgb, np.r_[image.segment_ids, VOID_ID], bits.view(np.uint8))[:-1]  # VOID: the last row
     if not found.all():
         raise SGEvalError([f"{where}: field 'segments_info' lists segment id {', '.join(map(str, image.segment_ids[found == 0]))}"
                            f", which the panoptic PNG does not hold (an empty GT mask)"])
@@ -2034,21 +2066,27 @@ def prepared_gt_masks(image, cache=None):
     """(packed masks (G, W), their mask_boxes (G, 5)) of a GT image: from the cache when it holds
     this image's entry and PNG, else decoded (load_gt_masks) and stored in it. Buffers reused by
     the next call in this thread."""
+    bits, boxes = _prepared_gt(image, cache)
+    return bits[:len(image.segment_ids)], boxes[:len(image.segment_ids)]
+
+
+def _prepared_gt(image, cache=None):
+    """prepared_gt_masks' arrays and one more row, the VOID pixels: (G + 1, W), (G + 1, 5)."""
     if cache is None:
-        bits = load_gt_masks(image)
+        bits = _decoded_gt(image)
         return bits, mask_boxes(bits, image.width)
     data = _png_bytes(image)
     key = cache.key(image, data)
-    found = cache.load(key, len(image.segment_ids), _words(image.height * image.width))
+    found = cache.load(key, len(image.segment_ids) + 1, _words(image.height * image.width))
     if found is not None:
         return found
-    bits = load_gt_masks(image, data)
+    bits = _decoded_gt(image, data)
     boxes = mask_boxes(bits, image.width)
     cache.store(key, bits, boxes)
     return bits, boxes
 
 
-GT_CACHE_FORMAT = b"sgeval prepared GT 1"  # in every key: a new layout never reads an old entry
+GT_CACHE_FORMAT = b"sgeval prepared GT 2"  # in every key: a new layout never reads an old entry (2: a VOID row)
 GT_CACHE_DISK_BYTES = int(os.environ.get("SGEVAL_GT_CACHE_MIB", 2048)) << 20  # on disk, per folder
 GT_CACHE_MEMORY_BYTES = int(os.environ.get("SGEVAL_GT_MEMORY_MIB", 256)) << 20  # in an Evaluator's memory
 
@@ -2786,6 +2824,15 @@ class Settings(typing.NamedTuple):
     task: str = "sgdet"
     confusion_k: str | None = None  # the cut-off of the predicate confusion (None: not counted)
     subsets: tuple = ()  # the resolved Subsets, in config order
+    measures: tuple = ()  # units counted beside the protocols (MEASURES: "pq")
+    pq_merge: str | None = None  # panoptic quality: the MERGE_RULES name for overlapping masks
+    n_objects: int = 0  # panoptic quality: the object categories (the first n_things are things)
+    n_things: int = 0
+
+
+def run_units(settings):
+    """The units a run counts, in record order: its protocols, then its measures."""
+    return [PROTOCOLS[name] for name in settings.protocols] + [MEASURES[name] for name in settings.measures]
 
 
 class ImageTask(typing.NamedTuple):
@@ -2815,6 +2862,7 @@ class Masks(typing.NamedTuple):
     pred_bits: np.ndarray  # (P, W)
     pred_boxes: np.ndarray  # (P, 5)
     iou: np.ndarray  # (P, G) mask_iou
+    gt_void: tuple | None = None  # (the VOID pixels (1, W), their mask_boxes (1, 5)); None when not decoded
 
 
 class Merge(typing.NamedTuple):
@@ -2836,9 +2884,12 @@ def compare_masks(gt, pred, source, needed, threshold, gt_cache=None):
     boxes = mask_boxes(bits, gt.width)
     if needed is not None and not needed.any():
         return Masks(None, None, bits, boxes, np.full((len(bits), len(gt.categories)), -1.0))
-    gt_bits, gt_boxes = prepared_gt_masks(gt, gt_cache)
+    all_bits, all_boxes = _prepared_gt(gt, gt_cache)
+    G = len(gt.categories)
+    gt_bits, gt_boxes = all_bits[:G], all_boxes[:G]
     return Masks(gt_bits, gt_boxes, bits, boxes,
-                 mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold))
+                 mask_iou(gt_bits, gt.categories, gt_boxes, bits, pred.categories, boxes, gt.width, threshold),
+                 (all_bits[G:], all_boxes[G:]))
 
 
 def merge_prediction(pred, masks, width, keep_nodes):
@@ -2886,9 +2937,11 @@ def task_instances(gt, pred, task):
 
 def gt_masks_as_predictions(gt, threshold, gt_cache=None):
     """predcls in mask mode: the GT's masks stand for the predicted ones."""
-    bits, boxes = prepared_gt_masks(gt, gt_cache)
+    all_bits, all_boxes = _prepared_gt(gt, gt_cache)
+    G = len(gt.categories)
+    bits, boxes = all_bits[:G], all_boxes[:G]
     return Masks(bits, boxes, bits, boxes, mask_iou(bits, gt.categories, boxes, bits, gt.categories, boxes, gt.width,
-                                                    threshold))
+                                                    threshold), (all_bits[G:], all_boxes[G:]))
 
 
 def evaluate_image(task):
@@ -2896,36 +2949,37 @@ def evaluate_image(task):
     task's instances (task_instances), their IoU with the GT's (image_iou), the SingleMPO merge
     when the audit or a protocol needs it, then each protocol's counts (Protocol.image_counts)."""
     gt, pred, settings = task.gt, task.pred, task.settings
-    units = [PROTOCOLS[name] for name in settings.protocols]
+    units = run_units(settings)
     if pred is None or not len(pred.categories):  # no instances: no triplets either (checked)
         return _empty_result(gt, settings, units)
     task_pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
     as_gt = settings.task == "predcls" and not check["instance_count_differs"]
     check = list(check.values())
-    needs_merge = any(unit.needs_merge for unit in units)
-    merging = settings.audit or needs_merge  # needs every mask
+    needs_merge = any(unit.needs_merge for unit in units if isinstance(unit, Protocol))
+    merging = settings.audit or needs_merge
+    where = f"{task.source.path}: image {gt.image_id}" if task.source is not None else f"image {gt.image_id}"
     try:
-        iou, masks = image_iou(task, task_pred, as_gt, merging)
+        iou, masks = image_iou(task, task_pred, as_gt, merging or any(unit.needs_all_masks for unit in units))
+        merge = merge_prediction(task_pred, masks, gt.width, needs_merge) if merging else None
+        compared = Compared(gt, task_pred, pred, iou, masks, merge, on_gt_pairs if settings.task != "sgdet" else None,
+                            settings, where)
+        counts = {unit.name: unit.image_counts(compared) for unit in units}
     except SGEvalError as error:
         return ImageResult(None, None, error.problems, check)
-    merge = merge_prediction(task_pred, masks, gt.width, needs_merge) if merging else None
-    compared = Compared(gt, task_pred, pred, iou, masks, merge, on_gt_pairs if settings.task != "sgdet" else None,
-                        settings)
-    counts = {unit.name: unit.image_counts(compared) for unit in units}
     return ImageResult(counts, audit_counts(task_pred, merge, gt.width) if settings.audit else None, [], check)
 
 
-def image_iou(task, pred, as_gt, merging):
+def image_iou(task, pred, as_gt, all_masks):
     """(IoU (P, G) of pred's instances with the GT's, -1 where the categories differ; the Masks
     behind it in mask mode, else None). as_gt: predcls in mask mode, the GT's masks stand for the
-    predicted ones; without merging only the masks of the GT's categories are decoded."""
+    predicted ones; unless all_masks only the masks of the GT's categories are decoded."""
     gt, settings = task.gt, task.settings
     if settings.mode == "box":
         return box_iou(gt.boxes, gt.categories, pred.boxes, pred.categories), None
     if as_gt:
         masks = gt_masks_as_predictions(gt, settings.iou_threshold, task.gt_cache)
     else:
-        needed = None if merging else np.isin(pred.categories, gt.categories)
+        needed = None if all_masks else np.isin(pred.categories, gt.categories)
         masks = compare_masks(gt, pred, task.source, needed, settings.iou_threshold, task.gt_cache)
     return masks.iou, masks
 
@@ -2940,9 +2994,8 @@ def _empty_result(gt, settings, units):
 
 def protocol_problems(pred, image, settings, where):
     """The problem lines of a checked prediction of a GT image (None: a test image without
-    relations) that a protocol of the run cannot read."""
-    return [problem for name in settings.protocols if (problem := PROTOCOLS[name].record_problem(pred, image, settings,
-                                                                                                 where))]
+    relations) that a protocol or measure of the run cannot read."""
+    return [problem for unit in run_units(settings) if (problem := unit.record_problem(pred, image, settings, where))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3032,6 +3085,7 @@ class Compared(typing.NamedTuple):
     merge: typing.Any  # the SingleMPO Merge, when the audit or a protocol needs it
     on_gt_pairs: np.ndarray | None  # sgcls / predcls: (T,) bool, the rows of triplets on a GT relation's pair
     settings: typing.Any
+    where: str = ""  # the image (and its file) in problem lines
 
 
 class Matching(typing.NamedTuple):
@@ -3058,6 +3112,7 @@ class Protocol:
     fields = RECALL_FIELDS  # its count fields, in record order
     lists = {"gc": ("triplets",), "ng": ("ng_triplets",)}  # the row lists it reads: per role, the first given
     needs_merge = False  # it matches the SingleMPO merge's nodes
+    needs_all_masks = False  # it reads every predicted mask (else only those of the GT's categories are decoded)
     graph_constraint = True  # R@k: the first row of each predicted pair (else of each distinct triplet)
     fixed_rules = None  # the aggregation rules its tool fixes, whatever the config says
     scalar_keys = ()  # its metrics without a cut-off (the table prints them in one line)
@@ -3169,7 +3224,7 @@ class MultiMPO(Protocol):
 class SingleMPO(Protocol):
     name = "singlempo"
     summary = "duplicate predictions merged into nodes (mask IoU >= 0.5, pixels claimed), then unique"
-    needs_merge = True
+    needs_merge = needs_all_masks = True
 
     def match(self, compared):
         gt, masks, merge, settings = compared.gt, compared.masks, compared.merge, compared.settings
@@ -3470,6 +3525,223 @@ PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), Ope
 RECALL_PROTOCOLS = tuple(name for name, unit in PROTOCOLS.items() if unit.compare)  # --compare-protocols
 COUNT_FIELDS = {field.name: field for unit in PROTOCOLS.values() for field in unit.fields}  # every count field
 PER_PREDICATE_FIELDS = frozenset(name for name, field in COUNT_FIELDS.items() if field.per_predicate)
+
+
+# ---------------------------------------------------------------------------------------------
+# 9b. Panoptic quality: a measure beside the protocols, and the merge rules it may need
+# ---------------------------------------------------------------------------------------------
+
+
+class MergeRule:
+    """How a prediction's masks become a panoptic segmentation (segments that do not overlap)
+    for panoptic quality: one unit each in MERGE_RULES (config ``pq_merge``)."""
+
+    name = ""
+    summary = ""
+
+    def segments(self, pred, bits, boxes, width, where):
+        """(segments (N, W), their mask_boxes (N, 5), categories (N,)) of a prediction's packed
+        masks (P, W) and mask_boxes; SGEvalError when the rule cannot apply."""
+        raise NotImplementedError
+
+
+class NoMerge(MergeRule):
+    name = "none"
+    summary = "the masks are the segments; masks that overlap are an error"
+
+    def segments(self, pred, bits, boxes, width, where):
+        if masks_overlap(bits, boxes, width):
+            raise SGEvalError([overlap_problem(where)])
+        return bits, boxes, pred.categories
+
+
+class ScoreOrder(MergeRule):
+    name = "score-order"
+    summary = ("fair-psgg's hilo merge: by score, descending (tied scores: the later mask first); a mask becomes a "
+               "segment of the pixels no earlier segment claimed (none: dropped) and absorbs every later mask of "
+               "mask IoU >= 0.5 with it, any category")
+
+    def segments(self, pred, bits, boxes, width, where):
+        if pred.scores is None:
+            raise SGEvalError([f"{where}: pq_merge {self.name} walks the masks by score: field 'score' is required "
+                               f"for every instance"])
+        order = np.argsort(pred.scores, kind="stable")[::-1].astype(np.int64)  # ties: the later first
+        node_bits = np.empty_like(bits)
+        twins = np.full((len(bits), len(bits)), -1, np.int8)
+        _, source = merge_instances(twins, bits, boxes, width, order, True, node_bits)
+        node_bits = node_bits[:len(source)]
+        return node_bits, mask_boxes(node_bits, width), pred.categories[source]
+
+
+class FirstWins(MergeRule):
+    name = "first-wins"
+    summary = "fair-psgg's psgtr merge (an argmax over the masks): each pixel to the first mask holding it"
+
+    def segments(self, pred, bits, boxes, width, where):
+        claimed, node_bits = np.zeros(bits.shape[1], np.uint64), np.empty_like(bits)
+        for i, row in enumerate(bits):
+            node_bits[i] = row & ~claimed
+            claimed |= row
+        return node_bits, mask_boxes(node_bits, width), pred.categories
+
+
+MERGE_RULES = {rule.name: rule for rule in (NoMerge(), ScoreOrder(), FirstWins())}
+
+
+def masks_overlap(bits_PW, boxes_P5, width):
+    """Whether any two of the packed masks share a pixel."""
+    union = np.bitwise_or.reduce(bits_PW, axis=0) if len(bits_PW) else np.zeros((0,), np.uint64)
+    return len(bits_PW) > 1 and int(boxes_P5[:, 0].sum()) > int(mask_boxes(union[None], width)[0, 0])
+
+
+def overlap_problem(where):
+    others = ", ".join(name for name in MERGE_RULES if name != "none")
+    return (f"{where}: the masks overlap; panoptic quality needs segments that do not: name a merge rule "
+            f"(pq_merge: {others})")
+
+
+@_kernel
+def mask_intersections(gt_bits_GW, gt_cat_G, gt_box_G5, pred_bits_PW, pred_cat_P, pred_box_P5, width):
+    """Pixels (P, G) each packed prediction shares with each GT mask of its category (a GT category
+    below 0: of any category); -1 where the categories differ."""
+    shared = np.empty((pred_bits_PW.shape[0], gt_bits_GW.shape[0]), np.int64)
+    for p in range(pred_bits_PW.shape[0]):
+        for g in range(gt_bits_GW.shape[0]):
+            shared[p, g] = -1
+            if gt_cat_G[g] < 0 or pred_cat_P[p] == gt_cat_G[g]:
+                shared[p, g] = max(_intersection(gt_bits_GW[g], pred_bits_PW[p], gt_box_G5[g], pred_box_P5[p], width,
+                                                 0.0), 0)
+    return shared
+
+
+PQ_FIELDS = (
+    CountField("pq_tp", (3, "n"), "per matched pair (a true positive): its category, shared pixels, union pixels "
+               "(the GT area of segments_info, VOID left out)",
+               bounds=lambda settings: (settings.n_objects, None, None)),
+    CountField("pq_miss", (3, "n"), "per category with false positives or negatives: the category, FP, FN",
+               bounds=lambda settings: (settings.n_objects, None, None)),
+)
+PQ_KEYS = ("PQ", "SQ", "RQ", "PQ_th", "SQ_th", "RQ_th", "PQ_st", "SQ_st", "RQ_st")  # OpenPSG's names
+
+
+class PanopticQuality:
+    """Panoptic quality (PQ = SQ x RQ) of the predicted masks, as panopticapi's pq_compute counts it
+    (tools/pq_check/README.md has every rule with its file and line): a predicted segment and a GT
+    segment of the same category match when their IoU is above 0.5, the union the GT's area of
+    segments_info plus the segment's pixels less their shared pixels less the segment's VOID pixels
+    (PNG id 0); crowd GT segments never match and count nowhere; a GT segment without a match is a
+    false negative; an unmatched segment is a false positive unless more than half of it lies on
+    VOID and the last crowd segment of its category. Per category PQ = sum IoU / (TP + FP / 2 + FN
+    / 2), SQ = sum IoU / TP, RQ = TP / (TP + FP / 2 + FN / 2); the means (All, Things, Stuff) run
+    over the categories with a TP, FP or FN. Mask mode only; masks that overlap need a MergeRule."""
+
+    name = "pq"
+    results_key = "panoptic_quality"  # its section of the results dict
+    fields = PQ_FIELDS
+    needs_all_masks = True
+
+    def shapes(self, settings):
+        return field_shapes(self.fields, settings)
+
+    def config_problems(self, config, source):
+        if not config.gt_seg:
+            return [f"{source}: pq needs masks (gt_seg): panoptic quality matches segments that do not overlap by "
+                    f"pixels, with VOID and crowd pixels; boxes overlap and cover other segments' pixels"]
+        return []
+
+    def record_problem(self, pred, image, settings, where):
+        """Masks given as arrays (Evaluator.update) that overlap without a merge rule."""
+        if image is None or pred.bits is None or settings.pq_merge != "none" or len(pred.bits) < 2:
+            return None
+        return overlap_problem(where) if masks_overlap(pred.bits, mask_boxes(pred.bits, image.width), image.width) \
+            else None
+
+    def image_counts(self, compared):
+        gt, masks, settings = compared.gt, compared.masks, compared.settings
+        bits, boxes, categories = MERGE_RULES[settings.pq_merge].segments(compared.pred, masks.pred_bits,
+                                                                         masks.pred_boxes, gt.width, compared.where)
+        keep = boxes[:, 0] > 0  # a segment without pixels is no segment
+        return pq_counts(gt, masks.gt_bits, masks.gt_boxes, masks.gt_void, bits[keep], boxes[keep],
+                         categories[keep], compared.where)
+
+    def empty_counts(self, gt, settings):
+        missed = np.bincount(gt.categories[~gt.crowd], minlength=settings.n_objects) if len(gt.categories) else \
+            np.zeros(settings.n_objects, np.int64)
+        present = np.flatnonzero(missed)
+        return {"pq_tp": np.zeros((3, 0), np.int64),
+                "pq_miss": np.stack([present, np.zeros(len(present), np.int64), missed[present]])}
+
+    def results(self, store, gt, config):
+        """The results' panoptic_quality section and its metrics (PQ_KEYS)."""
+        return pq_results(store, gt, config.pq_merge)
+
+    def table_lines(self, section):
+        if section["All"] is None:
+            return ["panoptic quality: no segment in the GT or the predictions"]
+        parts = [f"{name.lower()} " + " ".join(
+            f"{key} {_fmt(section[name][key])}" for key in ("PQ", "SQ", "RQ")) if section[name] else f"{name}: -"
+            for name in ("All", "Things", "Stuff")]
+        return [f"panoptic quality ({section['rule']}; merge {section['merge']}): " + " | ".join(parts)
+                + f"   ({section['All']['n']} categories)"]
+
+
+MEASURES = {unit.name: unit for unit in (PanopticQuality(),)}  # units counted beside the protocols (Settings)
+MEASURE_SETTINGS = ("measures", "pq_merge", "n_objects", "n_things")  # the Settings fields they add
+COUNT_FIELDS.update({field.name: field for unit in MEASURES.values() for field in unit.fields})
+
+
+def pq_counts(gt, gt_bits, gt_boxes, gt_void, bits, boxes, categories, where):
+    """panopticapi's counts of one image (PanopticQuality): pq_tp (3, M) and pq_miss (3, K)."""
+    if gt.areas is None:
+        raise SGEvalError([f"{where}: field 'segments_info' lacks 'area' (panoptic quality takes the GT's areas "
+                           f"from it, as panopticapi does)"])
+    shared = mask_intersections(gt_bits, gt.categories, gt_boxes, bits, categories, boxes, gt.width)
+    on_void = mask_intersections(gt_void[0], np.array([-1]), gt_void[1], bits, categories, boxes, gt.width)[:, 0]
+    area = boxes[:, 0]
+    union = area[:, None] + gt.areas[None] - shared - on_void[:, None]
+    candidate = (shared > 0) & ~gt.crowd[None]
+    if (union[candidate] <= 0).any():
+        raise SGEvalError([f"{where}: field 'segments_info': a segment's 'area' is smaller than the pixels a "
+                           f"prediction shares with it"])
+    matched = candidate & (2 * shared > union)  # IoU > 0.5, in integers
+    p, g = np.nonzero(matched)
+    C = max(int(categories.max(initial=-1)), int(gt.categories.max(initial=-1))) + 1
+    fn = np.bincount(gt.categories[~gt.crowd & ~matched.any(axis=0)], minlength=C)
+    crowd_of = np.full(C, -1)
+    for index in np.flatnonzero(gt.crowd):  # the last crowd segment of a category
+        crowd_of[gt.categories[index]] = index
+    unmatched = np.flatnonzero(~matched.any(axis=1))
+    crowd = crowd_of[categories[unmatched]]
+    ignored = on_void[unmatched] + np.where(crowd >= 0, shared[unmatched, np.maximum(crowd, 0)], 0)
+    fp = np.bincount(categories[unmatched[2 * ignored <= area[unmatched]]], minlength=C)
+    missed = np.flatnonzero(fp + fn)
+    return {"pq_tp": np.stack([gt.categories[g], shared[p, g], union[p, g]]).astype(np.int64).reshape(3, -1),
+            "pq_miss": np.stack([missed, fp[missed], fn[missed]]).astype(np.int64).reshape(3, -1)}
+
+
+def pq_results(store, gt, merge):
+    """(the panoptic_quality section, its metrics by OpenPSG's names) from the stacked pq fields."""
+    C, empty = len(gt.object_classes), np.zeros((3, 0), np.int64)
+    tp_rows = np.concatenate([rows for rows in store.ragged("pq_tp") if rows is not None] or [empty], axis=1)
+    miss_rows = np.concatenate([rows for rows in store.ragged("pq_miss") if rows is not None] or [empty], axis=1)
+    iou = np.bincount(tp_rows[0], tp_rows[1] / np.maximum(tp_rows[2], 1), minlength=C)
+    tp = np.bincount(tp_rows[0], minlength=C)
+    fp, fn = (np.bincount(miss_rows[0], miss_rows[row], minlength=C).astype(np.int64) for row in (1, 2))
+    counted = tp + fp + fn > 0
+    denominator = np.maximum(tp + 0.5 * fp + 0.5 * fn, 0.5)
+    values = {"PQ": iou / denominator, "SQ": np.where(tp > 0, iou / np.maximum(tp, 1), 0.0), "RQ": tp / denominator}
+    section = {"rule": "panopticapi", "merge": merge}
+    for name, chosen in (("All", counted), ("Things", counted & (np.arange(C) < gt.n_things)),
+                         ("Stuff", counted & (np.arange(C) >= gt.n_things))):
+        n = int(np.count_nonzero(chosen))
+        section[name] = {key: float(values[key][chosen].sum() / n) for key in ("PQ", "SQ", "RQ")} | {"n": n} \
+            if n else None
+    section["per_category"] = {gt.object_classes[c]: {**{key: float(values[key][c]) for key in ("PQ", "SQ", "RQ")},
+                                                      "TP": int(tp[c]), "FP": int(fp[c]), "FN": int(fn[c])}
+                               for c in np.flatnonzero(counted)}
+    metrics = {f"{key}{suffix}": None if section[name] is None else section[name][key]
+               for name, suffix in (("All", ""), ("Things", "_th"), ("Stuff", "_st")) for key in ("PQ", "SQ", "RQ")}
+    return section, metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3975,6 +4247,7 @@ class Counted(typing.NamedTuple):
     predicted: np.ndarray  # (I,) bool: the image has a prediction record
     extra_predictions: int  # records of images that are not evaluated
     confusion: dict  # {protocol: (C, C + 1) int64}: GT predicate x predicted predicate (column C: none)
+    measures: dict = {}  # {measure: CountStore} (Settings.measures)
 
 
 def map_in_order(function, items, workers, batch=16):
@@ -4190,6 +4463,10 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
                      for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)]
         + _list_warnings(config, counted.checks, by_protocol[config.protocol]["metrics"], converted),
     }
+    for name, store in counted.measures.items():  # panoptic quality: its section, its keys in the metrics
+        section, metrics = MEASURES[name].results(store, gt, config)
+        results[MEASURES[name].results_key] = section
+        results["metrics"] = {**results["metrics"], **{key: _none_if_nan(value) for key, value in metrics.items()}}
     if len(by_protocol) > 1:
         results["by_protocol"] = by_protocol
     return results
@@ -4305,6 +4582,8 @@ def format_table(results):
               if key in metrics]
     if extras:
         lines.append("  ".join(extras) + "   (PRank: mean rank, lower is better)" * ("PRank" in metrics))
+    for unit in MEASURES.values():
+        lines += unit.table_lines(results[unit.results_key]) if results.get(unit.results_key) else []
     if "by_protocol" in results:
         by_protocol = results["by_protocol"]
         keys = [key for key in dict.fromkeys(key for section in by_protocol.values() for key in section["metrics"])
@@ -4405,6 +4684,9 @@ def _subset_lines(results):
 @click.option("--output", help="Write the JSON results here.")
 @click.option("--per-image", help="Write every image's hits here (JSON Lines).")
 @click.option("--confusion-k", help="Cut-off of the predicate confusion counts (default 50).")
+@click.option("--pq/--no-pq", default=None, help="Panoptic quality (PQ / SQ / RQ) of the predicted masks (mask mode).")
+@click.option("--pq-merge", help="How overlapping masks become segments for PQ: none (default: overlap is an error), "
+                                 "score-order, first-wins.")
 @click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--reference", "show_reference", is_flag=True,
