@@ -349,7 +349,7 @@ def make_config(values, source="config", need_pred=False):
                     pq=merged["pq"], pq_merge=merged["pq_merge"],
                     gt_cache=_gt_cache_value(merged["gt_cache"], source, problems),
                     subsets=subset_specs(merged["subsets"], source, problems))
-    for name in dict.fromkeys((config.protocol, *config.protocols)):
+    for name in dict.fromkeys(name for name in (config.protocol, *config.protocols) if isinstance(name, str)):
         problems += PROTOCOLS[name].config_problems(config, source) if name in PROTOCOLS else []
     if config.pq is True:
         problems += MEASURES["pq"].config_problems(config, source)

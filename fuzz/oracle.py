@@ -201,7 +201,9 @@ def valid_config(values, fields):
         get("aggregation", "per_image") in ("per_image", "pooled"),
         type(get("iou_threshold", 0.5)) in (int, float) and 0 < get("iou_threshold", 0.5) <= 1,
         type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
-        all(type(get(key, True)) is bool for key in ("per_predicate", "audit")),
+        all(type(get(key, True)) is bool for key in ("per_predicate", "audit", "pq")),
+        get("pq_merge", "none") in ("none", "score-order", "first-wins"),
+        get("pq", False) is not True or get("gt_seg") not in (None, ""),  # panoptic quality: mask mode only
         type(workers) is int and 1 <= workers <= 64,
         get("gt_cache") in (None, True, False) or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
         all(get(key) for key in ("gt", "pred")),
