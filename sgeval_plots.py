@@ -334,6 +334,38 @@ def _draw_protocols(fig, runs, sections, keys, protocols, headline):
 
 
 # ---------------------------------------------------------------------------------------------
+# Segmentation quality against relation recall
+# ---------------------------------------------------------------------------------------------
+
+
+def pq_vs_recall(runs, stem, formats=("png",), recall_key="mR@inf"):
+    """Models as points, PQ against mR@inf (the fair-PSGG paper's reading: segmentation quality
+    and the recall its masks allow belong together); runs without PQ are left out."""
+    points = [(run.label, (run.results.get("metrics") or {}).get("PQ"),
+               (run.results.get("metrics") or {}).get(recall_key)) for run in runs]
+    points = [(label, pq, recall) for label, pq, recall in points if pq is not None and recall is not None]
+    if not points:
+        return []
+    return _save(stem, formats, (COLUMN_WIDTH, COLUMN_WIDTH), _draw_pq_vs_recall, points, recall_key)
+
+
+def _draw_pq_vs_recall(fig, points, recall_key):
+    ax = fig.subplots()
+    for index, (label, pq, recall) in enumerate(points):
+        ax.scatter(100 * pq, 100 * recall, s=18, color=colour(index), marker="os^Dv<>P"[index % 8], label=label,
+                   zorder=3)
+    _tidy(ax, "both")
+    ax.set_xlabel("PQ (%)", fontsize=FONT_SIZE)
+    ax.set_ylabel(f"{recall_key} (%)", fontsize=FONT_SIZE)
+    values = [100 * v for _, pq, recall in points for v in (pq, recall)]
+    low, high = min(values), max(values)
+    margin = max(2.0, 0.1 * (high - low))
+    ax.set_xlim(max(0, low - margin), min(100, high + margin))
+    ax.set_ylim(max(0, low - margin), min(100, high + margin))
+    ax.legend(fontsize=TINY_FONT_SIZE, frameon=False, loc="best")
+
+
+# ---------------------------------------------------------------------------------------------
 # Predicate confusion
 # ---------------------------------------------------------------------------------------------
 

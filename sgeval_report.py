@@ -41,10 +41,11 @@ import yaml
 import sgeval
 
 MAX_RESULTS_BYTES = 1 << 28  # a results file larger than this is refused
-TABLES = ("main", "protocols", "predicates", "confusion")
+TABLES = ("main", "protocols", "predicates", "confusion", "segmentation")
 FORMATS = ("markdown", "latex", "csv")
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}  # the usual short names, accepted too
-NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank", *sgeval.OI_SCALARS)
+NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank", *sgeval.OI_SCALARS, *sgeval.PQ_KEYS)
+SEGMENTATION_KEYS = ("PQ", "SQ", "RQ", "PQ_th", "PQ_st", "R@inf", "mR@inf")  # and the headline mR@k
 OI_METRICS = ("R@50", "mR@50", "wmAP_rel", "wmAP_phr", "score_wtd")  # the columns Open Images papers report
 LOWER_IS_BETTER = ("PRank",)
 
@@ -614,7 +615,22 @@ def build_tables(runs, tables=("main", "protocols"), families=("R", "mR"), ks=No
         out.append(predicates_table(runs, keys, protocol))
     if "confusion" in tables:
         out += confusion_tables(runs, protocol, top)
+    if "segmentation" in tables:
+        out.append(segmentation_table(runs, [*SEGMENTATION_KEYS, f"mR@{headline_k(ks)}"], marks, notes))
     return out
+
+
+def segmentation_table(runs, keys, marks, notes):
+    """PQ, SQ, RQ (things, stuff) beside R@inf, mR@inf and the headline mR@k: the masks' quality and the
+    recall they allow, together (runs without pq: true show '-')."""
+    if not any((run.results.get("metrics") or {}).get("PQ") is not None for run in runs):
+        raise ReportError(["report: the segmentation table needs panoptic quality: evaluate with pq: true (mask mode)"])
+    rows = [[_label(run, marks)] + [(run.results.get("metrics") or {}).get(key) for key in keys] for run in runs]
+    merges = sorted({(run.results.get("panoptic_quality") or {}).get("merge", "-") for run in runs})
+    lines = [f"Panoptic quality as panopticapi computes it (merge rule: {', '.join(merges)}; _th things, _st stuff) "
+             f"beside the recall of the headline protocol. Values in percent."]
+    return Table("segmentation", "Segmentation quality and recall", [_column("Model")] + [_key_column(key) for key in keys],
+                 rows, ["text"] + [_kind(key) for key in keys], lines + notes, True)
 
 
 def render(tables, fmt="markdown", decimals=1):
@@ -650,6 +666,7 @@ def write_plots(runs, out_dir, formats=("png",), k="50"):
                                          key=f"mR@{k}")
     written += plots.recall_vs_k(runs, out_dir / "recall_vs_k", formats)
     written += plots.protocol_comparison(runs, out_dir / "protocols", formats, keys=(f"R@{k}", f"mR@{k}"))
+    written += plots.pq_vs_recall(runs, out_dir / "pq_vs_mr_inf", formats)
     for run, name in zip(runs, plots.unique_slugs(run.label for run in runs)):
         confusion = run.results.get("predicate_confusion")
         if confusion:
@@ -713,8 +730,11 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
 
     def work(progress):
         runs = load_runs(list(results), _labels(label_pairs, labels_file))
+        with_pq = any((run.results.get("metrics") or {}).get("PQ") is not None for run in runs)
         names = _choices(table_names, TABLES, "--tables") if table_names else \
-            ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs)
+            ["main"] + ["protocols"] * any("by_protocol" in run.results for run in runs) + ["segmentation"] * with_pq
+        if sgeval.as_list(table_names or "") == ["all"] and not with_pq:  # all: the tables the runs can fill
+            names.remove("segmentation")
         cutoffs = sgeval.as_list(ks) if ks else default_ks(runs)
         oi = (protocol or runs[0].results["config"]["protocol"]) == "oi"
         families = sgeval.as_list(metrics) if metrics else list(OI_METRICS if oi else ("R", "mR"))

@@ -21,10 +21,11 @@ from tools import make_demo
 
 pytestmark = pytest.mark.filterwarnings("error")  # e.g. a constrained layout that could not fit the labels
 
-FIGURES = ("per_predicate", "recall_vs_k", "protocols", "confusion-model-a", "confusion-model-b-ours")
+FIGURES = ("per_predicate", "recall_vs_k", "protocols", "pq_vs_mr_inf", "confusion-model-a", "confusion-model-b-ours")
 # Width and height in inches of each figure of two runs of the demo (which has absolute and relative k).
 DEMO_SIZES = {"per_predicate": plots.PER_PREDICATE_SIZE, "recall_vs_k": plots.panel_size(2),
-              "protocols": plots.panel_size(2), "confusion-model-a": plots.CONFUSION_SIZE,
+              "protocols": plots.panel_size(2), "pq_vs_mr_inf": (plots.COLUMN_WIDTH, plots.COLUMN_WIDTH),
+              "confusion-model-a": plots.CONFUSION_SIZE,
               "confusion-model-b-ours": plots.CONFUSION_SIZE}
 
 
@@ -165,7 +166,7 @@ def test_a_run_without_protocols_groups_confusion_or_relative_k(demo_results, tm
     bare["config"]["k"] = ["20", "50", "100"]
     bare["metrics"] = {key: value for key, value in bare["metrics"].items() if "@x" not in key}
     paths = report.write_plots([Run("bare", bare)], tmp_path, formats=("png",))
-    assert [path.name for path in paths] == ["per_predicate.png", "recall_vs_k.png", "protocols.png"]
+    assert [path.name for path in paths] == ["per_predicate.png", "recall_vs_k.png", "protocols.png", "pq_vs_mr_inf.png"]
     check_file(paths[0], plots.PER_PREDICATE_SIZE)
     check_file(paths[1], plots.panel_size(1))  # absolute k only: one panel, one column wide
     check_file(paths[2], plots.panel_size(2))  # R@50 and mR@50 of the headline protocol
@@ -176,7 +177,8 @@ def test_write_plots_skips_a_figure_without_its_data_and_names_confusions_apart(
     # confusion files of labels of the same slug told apart.
     runs[1] = Run("model a!", runs[1].results)
     paths = report.write_plots(runs, tmp_path, k="30")
-    assert [path.name for path in paths] == ["recall_vs_k.png", "confusion-model-a.png", "confusion-model-a-2.png"]
+    assert [path.name for path in paths] == ["recall_vs_k.png", "pq_vs_mr_inf.png", "confusion-model-a.png",
+                                             "confusion-model-a-2.png"]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(path.name for path in paths)
     # A key in some runs only: drawn, the others' bars missing.
     del runs[1].results["per_predicate"]["mR@50"]
@@ -256,3 +258,12 @@ def test_only_sgeval_plots_imports_matplotlib_and_never_pyplot():
     assert not imports.search((ROOT / "sgeval.py").read_text())
     source = (ROOT / "sgeval_plots.py").read_text()
     assert imports.search(source) and "pyplot" not in source and "bbox_inches" not in source
+
+
+def test_pq_against_mr_inf_is_drawn_for_runs_with_pq_only(runs, tmp_path):
+    """One point per model with PQ (the demo runs pq: true); runs without it are left out, and no
+    run with it draws nothing."""
+    assert [path.name for path in plots.pq_vs_recall(runs, tmp_path / "pq", formats="svg")] == ["pq.svg"]
+    without = [Run(run.label, {**run.results, "metrics": {k: v for k, v in run.results["metrics"].items()
+                                                            if k != "PQ"}}) for run in runs]
+    assert plots.pq_vs_recall(without, tmp_path / "none", formats="svg") == []

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -283,7 +285,7 @@ def test_output_file_and_every_table(demo, tmp_path):
     assert result.exit_code == 0 and result.stderr == f"wrote {tmp_path / 'out' / 'report.md'}\n"
     text = (tmp_path / "out" / "report.md").read_text()
     for title in ("Results", "Protocol comparison", "Per predicate", "Top predicate confusions: Model A",
-                  "Top predicate confusions: Model B"):
+                  "Top predicate confusions: Model B", "Segmentation quality and recall"):
         assert f"**{title}**" in text
     assert "unknown" not in text and "nan" not in text
 
@@ -292,7 +294,7 @@ def test_plots_through_the_report(demo, tmp_path):
     result = report(demo["A"], demo["B"], "--plots", tmp_path / "plots", "--plot-formats", "png,svg")
     assert result.exit_code == 0, result.output
     written = sorted(path.name for path in (tmp_path / "plots").iterdir())
-    assert written == sorted(f"{stem}.{fmt}" for stem in ("per_predicate", "recall_vs_k", "protocols",
+    assert written == sorted(f"{stem}.{fmt}" for stem in ("per_predicate", "recall_vs_k", "protocols", "pq_vs_mr_inf",
                                                           "confusion-model-a", "confusion-model-b")
                              for fmt in ("png", "svg"))
     assert all((tmp_path / "plots" / name).stat().st_size > 1000 for name in written)
@@ -375,3 +377,17 @@ def test_a_changed_results_file_is_reported_or_refused_never_a_traceback(demo, t
         return
     for fmt in sgeval_report.FORMATS:
         assert sgeval_report.render(tables, fmt)
+
+
+def test_segmentation_table_puts_pq_beside_the_recall(demo):
+    """The demo's configs/demo.yaml has pq: true: the segmentation table shows each model's PQ, SQ,
+    RQ (things, stuff) with R@inf, mR@inf and mR@50, the numbers of its results file."""
+    result = report(demo["A"], demo["B"], "--tables", "segmentation", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    assert rows[0] == ["table", "segmentation"]
+    assert rows[1][1:] == ["PQ", "SQ", "RQ", "PQ_th", "PQ_st", "R@inf", "mR@inf", "mR@50"]
+    for row, path in zip(rows[2:4], (demo["A"], demo["B"])):
+        metrics = json.loads(Path(path).read_text())["metrics"]
+        assert [float(value) for value in row[1:8]] == pytest.approx(
+            [100 * metrics[key] for key in ("PQ", "SQ", "RQ", "PQ_th", "PQ_st", "R@inf", "mR@inf")], abs=1e-9)
