@@ -45,6 +45,11 @@
 #                           the same for PySGG's Open Images evaluation (pinned commit: oi_evaluation, its AP and
 #                           recall and the classic recall it prints) on generated OI data in sgdet, sgcls and
 #                           predcls; rewrites tests/data/oi/*.zip (tools/oi_check/README.md; not part of make test)
+#   make check-ag STTRAN=<path> TEMPURA=<path> DSGDETR=<path>
+#                           the Action Genome evaluation code of STTran, TEMPURA and DSG-DETR (pinned commits:
+#                           dataloader/action_genome.py, lib/evaluation_recall.py) on generated AG data in predcls,
+#                           sgcls and sgdet; rewrites tests/data/ag/*.zip and checks the AG converters and the
+#                           plain-Python reference against them (tools/ag_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -56,7 +61,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-ag clean distclean
 
 setup: $(STAMP) browser
 
@@ -199,6 +204,18 @@ check-oi: $(STAMP)
 	       "a63942a076932b3756a477cf8919c3b74cd36207, e.g. git clone https://github.com/SHTUPLUS/PySGG)" >&2; \
 	  exit 2; fi
 	PYSGG="$(PYSGG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/oi_check/run.sh
+
+# STTran's, TEMPURA's and DSG-DETR's own Action Genome evaluation as the oracle (tools/ag_check/): its own venv
+# and the tools' sources in tools/ag_check/build/; regenerates the fixtures of tests/oracles/test_ag_oracle.py.
+check-ag: $(STAMP)
+	@if [ -z "$(STTRAN)" ] || [ -z "$(TEMPURA)" ] || [ -z "$(DSGDETR)" ]; then \
+	  echo "usage: make check-ag STTRAN=<path> TEMPURA=<path> DSGDETR=<path>   (git checkouts or mirrors holding" \
+	       "yrcong/STTran 6b559e13ae891db4da913378a4153ddb444d4875, sayaknag/unbiasedSGG" \
+	       "976babd45f1d14f6d7386188e9265507cf0f07dc and Shengyu-Feng/DSG-DETR" \
+	       "1d28dda0182e50e8938fdaf860f6ef4abcf9aaf0, e.g. git clone https://github.com/yrcong/STTran)" >&2; \
+	  exit 2; fi
+	STTRAN="$(STTRAN)" TEMPURA="$(TEMPURA)" DSGDETR="$(DSGDETR)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) \
+	  tools/ag_check/run.sh
 
 clean:
 	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache

@@ -2522,6 +2522,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
                 for field in ("triplet_scores", "ng_triplet_scores"):
                     if image.get(field) is not None:
                         record[field] = _finite_list(image[field], field, image["id"])
+                if image.get("row_lists") is not None:  # named row lists, passed through as given
+                    record["row_lists"] = image["row_lists"]
                 masks, tiff = image.get("masks"), image.get("tiff")
                 if tiff is not None or masks is not None and len(masks):
                     if kind == "json":
