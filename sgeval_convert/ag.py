@@ -47,8 +47,8 @@ fields): ``boxes`` (N, 5) [frame index, x1, y1, x2, y2], ``labels`` / ``scores``
 ``pred_labels`` / ``pred_scores`` (sgcls, sgdet) (N,) with 1-based labels, ``pair_idx`` (R, 2)
 indices into boxes (subject = the person), ``im_idx`` (R,) the frame of each pair,
 ``attention_distribution`` (R, 3), ``spatial_distribution`` (R, 6), ``contacting_distribution``
-(R, 17). The file: ``torch.save`` (or a pickle of numpy arrays) of ``{video: pred}`` or of a list of
-preds in the GT's video order. ``attention``: ``logits`` (STTran, DSG-DETR: the evaluator applies a
+(R, 17). The file: ``torch.save`` of ``{video: pred}`` or of a list of preds in the GT's video
+order, or a plain pickle of ``{video: pred}`` holding numpy arrays. ``attention``: ``logits`` (STTran, DSG-DETR: the evaluator applies a
 softmax, eval.py:34) or ``probabilities`` (TEMPURA, whose model applies it); no default.
 
 Per frame f (the rows with im_idx == f, in row order; eval.py:63-97, 120-150, 203-211):
@@ -302,7 +302,7 @@ def _frame_numbers(values, n_frames, name, where):
     """Integral frame indices in [0, n_frames) as int64; ConvertError naming the first bad one."""
     bad = np.flatnonzero((values != np.floor(values)) | (values < 0) | (values >= n_frames))
     if len(bad):
-        raise ConvertError([f"{where}: field '{name}' row {bad[0]} is {values[bad[0]]!r}, not a frame index of "
+        raise ConvertError([f"{where}: field '{name}' row {bad[0]} is {values[bad[0]].item()!r}, not a frame index of "
                             f"this video's {n_frames} frames"])
     return values.astype(np.int64)
 
@@ -438,8 +438,8 @@ def image_arrays(pred, images, n_objects, *, task, attention):
 
 
 def load_predictions(raw):
-    """The raw file's {video: pred} or [pred]: torch.save (zip or legacy; tensors read lazily) or a
-    pickle of numpy arrays."""
+    """The raw file's {video: pred} or [pred]: torch.save (zip or legacy; tensors read lazily), or a
+    pickle of numpy arrays holding {video: pred}."""
     try:
         with open(raw, "rb") as handle:
             head = handle.read(len(TORCH_LEGACY_HEAD))
@@ -449,7 +449,13 @@ def load_predictions(raw):
         return torchfile.load(raw, lazy=True)
     if str(raw).endswith(".npz"):
         raise ConvertError([f"{raw}: an .npz holds no per-video dicts; save {{video: pred}} with torch.save"])
-    return common.load_source(str(raw), str(raw)).fields
+    try:
+        return common.load_source(str(raw), str(raw)).fields
+    except ConvertError as error:
+        if any("is a list, not a Result" in line for line in error.problems):
+            raise ConvertError([f"{raw}: a pickle of a list; a plain pickle must hold {{video: pred}} (a list of "
+                                f"preds in the GT's video order is read from torch.save files)"]) from None
+        raise
 
 
 def videos_of(truth):
@@ -468,6 +474,8 @@ def matched_predictions(preds, videos, raw):
         return [(video, images, pred) for (video, images), pred in zip(videos, preds)]
     if not isinstance(preds, dict):
         raise ConvertError([f"{raw}: must hold {{video: pred}} or a list of preds, not {type(preds).__name__}"])
+    if "pair_idx" in preds and not any(video in preds for video, _ in videos):
+        raise ConvertError([f"{raw}: holds one pred dict; expected {{video: pred}} for the GT's {len(videos)} videos"])
     missing = [video for video, _ in videos if video not in preds]
     extra = sorted(str(v) for v in set(preds) - {video for video, _ in videos})
     if missing or extra:
