@@ -530,7 +530,7 @@ def describe(summary):
             f"{summary.get('empty', 0)} (they count zero hits, as in STTran)")
 
 
-@click.command(short_help="STTran / TEMPURA / DSG-DETR on Action Genome (per-video pred dicts)",
+@click.command(short_help="STTran, TEMPURA, DSG-DETR on Action Genome",
                context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("raw", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
@@ -548,7 +548,7 @@ def main(raw, out, gt, task, attention, quiet):
     click.echo(describe(summary))
 
 
-@click.command(short_help="Action Genome GT JSON (one image per frame) from AG's annotation files",
+@click.command(short_help="Action Genome GT JSON from AG's annotations",
                context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--anno-dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="AG's annotations folder: object_classes.txt, relationship_classes.txt, person_bbox.pkl, "
