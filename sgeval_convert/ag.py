@@ -310,7 +310,7 @@ def _frame_numbers(values, n_frames, name, where):
 def video_fields(pred, n_frames, n_objects, task, where):
     """The checked arrays of one video's pred dict."""
     label_name, score_name = ("labels", "scores") if task == "predcls" else ("pred_labels", "pred_scores")
-    boxes = _array(pred, "boxes", (None, 5), where, "f")
+    boxes = _array(pred, "boxes", (None, 5), where)
     n = len(boxes)
     fields = {"boxes": boxes, "labels": _array(pred, label_name, (n,), where, "iu"),
               "scores": _array(pred, score_name, (n,), where, "f"),

@@ -292,3 +292,44 @@ def test_image_arrays_equals_the_file(tmp_path):
     arrays = ag.image_arrays(pred, truth.images, len(truth.object_classes), task="sgcls", attention="logits")
     for frame, record in zip(arrays, records):
         assert frame["triplets"].tolist() == record["triplets"] and frame["row_lists"] == record["row_lists"]
+
+
+class Evil:
+    def __reduce__(self):
+        import os
+        return os.system, ("true",)
+
+
+def test_hostile_annotation_files(tmp_path):
+    frames = video("A.mp4", 3)
+    anno = write_ag(tmp_path, frames)
+    person = pickle.loads((anno / "person_bbox.pkl").read_bytes())
+    person["A.mp4/000001.png"]["bbox"] = np.zeros((2, 4), np.float32)
+    (anno / "person_bbox.pkl").write_bytes(pickle.dumps(person))
+    with pytest.raises(ConvertError, match="frame A.mp4/000001.png: field 'bbox' of person_bbox.pkl must hold one"):
+        ag.convert_gt(anno, tmp_path / "gt.json")
+    person["A.mp4/000001.png"]["bbox"] = np.zeros((1, 4), np.float32)
+    person["A.mp4/000009.png"] = person["A.mp4/000001.png"]
+    (anno / "person_bbox.pkl").write_bytes(pickle.dumps(person))
+    with pytest.raises(ConvertError, match="frame A.mp4/000009.png: the frame of person_bbox.pkl has no entry here"):
+        ag.convert_gt(anno, tmp_path / "gt.json")
+    (anno / "person_bbox.pkl").write_bytes(pickle.dumps({"A.mp4/000000.png": Evil()}))
+    with pytest.raises(ConvertError, match="refusing to load"):
+        ag.convert_gt(anno, tmp_path / "gt.json")
+    (anno / "relationship_classes.txt").write_text("lookingat\n")
+    with pytest.raises(ConvertError, match="relationship_classes.txt: 1 lines"):
+        ag.convert_gt(anno, tmp_path / "gt.json")
+    assert not (tmp_path / "gt.json").exists()
+
+
+def test_hostile_prediction_files(tmp_path):
+    gt_of(tmp_path, video("A.mp4", 3))
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"A.mp4": Evil()}))
+    with pytest.raises(ConvertError, match="refusing to load"):
+        ag.convert(tmp_path / "evil.pkl", tmp_path / "out.zip", tmp_path / "gt.json", task="predcls",
+                   attention="logits")
+    (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 30)
+    with pytest.raises(ConvertError, match="cut.pt: "):
+        ag.convert(tmp_path / "cut.pt", tmp_path / "out.zip", tmp_path / "gt.json", task="predcls",
+                   attention="logits")
+    assert not (tmp_path / "out.zip").exists()
