@@ -50,6 +50,11 @@
 #                           mmdet 2.20.0, and fair-psgg's two mask merges (pinned commits, unmodified) on generated
 #                           PSG data; rewrites tests/data/pq/*.zip and checks tests/reference_pq.py against them
 #                           (tools/pq_check/README.md; not part of make test)
+#   make check-ag STTRAN=<path> TEMPURA=<path> DSGDETR=<path>
+#                           the Action Genome evaluation code of STTran, TEMPURA and DSG-DETR (pinned commits:
+#                           dataloader/action_genome.py, lib/evaluation_recall.py) on generated AG data in predcls,
+#                           sgcls and sgdet; rewrites tests/data/ag/*.zip and checks the AG converters and the
+#                           plain-Python reference against them (tools/ag_check/README.md; not part of make test)
 #   make clean / distclean  remove generated files / also .venv
 
 SHELL := /bin/sh
@@ -61,7 +66,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-pq clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-pq check-ag clean distclean
 
 setup: $(STAMP) browser
 
@@ -216,6 +221,17 @@ check-pq: $(STAMP)
 	  exit 2; fi
 	OPENPSG="$(OPENPSG)" PANOPTICAPI="$(PANOPTICAPI)" FAIR_PSGG="$(FAIR_PSGG)" PYTHON="$(PYTHON_BOOT)" \
 	  SGEVAL_PYTHON=$(PY) tools/pq_check/run.sh
+# STTran's, TEMPURA's and DSG-DETR's own Action Genome evaluation as the oracle (tools/ag_check/): its own venv
+# and the tools' sources in tools/ag_check/build/; regenerates the fixtures of tests/oracles/test_ag_oracle.py.
+check-ag: $(STAMP)
+	@if [ -z "$(STTRAN)" ] || [ -z "$(TEMPURA)" ] || [ -z "$(DSGDETR)" ]; then \
+	  echo "usage: make check-ag STTRAN=<path> TEMPURA=<path> DSGDETR=<path>   (git checkouts or mirrors holding" \
+	       "yrcong/STTran 6b559e13ae891db4da913378a4153ddb444d4875, sayaknag/unbiasedSGG" \
+	       "976babd45f1d14f6d7386188e9265507cf0f07dc and Shengyu-Feng/DSG-DETR" \
+	       "1d28dda0182e50e8938fdaf860f6ef4abcf9aaf0, e.g. git clone https://github.com/yrcong/STTran)" >&2; \
+	  exit 2; fi
+	STTRAN="$(STTRAN)" TEMPURA="$(TEMPURA)" DSGDETR="$(DSGDETR)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) \
+	  tools/ag_check/run.sh
 
 clean:
 	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache

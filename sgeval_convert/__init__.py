@@ -6,9 +6,11 @@
     sgeval convert pairnet --gt psg.json results.pkl out.zip   # Pair-Net
     sgeval convert sgb --gt vg150.json --task predcls eval_results.pytorch out.zip  # Scene-Graph-Benchmark, PySGG
     sgeval convert openimages --gt oiv6.json eval_results.pytorch out.zip        # PySGG on Open Images V6 / V4
+    sgeval convert ag --gt ag_test.json --task predcls --attention logits preds.pt out.zip  # STTran, TEMPURA, DSG-DETR
     sgeval convert vg150 --h5 ... --dicts ... --image-data ... --out vg150.json   # VG150 GT (SGB's files)
     sgeval convert gqa200 --info ... --train ... --test ... --out gqa200.json      # GQA-200 GT
     sgeval convert openimages-gt --anno-dir annotations/ --out oiv6.json         # Open Images GT (PySGG's files)
+    sgeval convert ag-gt --anno-dir annotations/ --out ag_test.json              # Action Genome GT (STTran's loader)
     sgeval convert zeroshot zeroshot_triplet.pytorch zeroshot.json               # SGB's zero-shot list
     sgeval convert --config configs/hilo.yaml                  # what `make eval MODEL=hilo` runs first
 
@@ -21,7 +23,8 @@ or a ``BoxList``, numpy arrays or torch tensors) into the keyword arguments of
     ev.update(image.image_id, **sgb.image_arrays(prediction, image, n_objects, n_predicates, task="sgdet"))
 
 (also ``sgeval_convert.hilo.image_arrays``, ``sgeval_convert.pairnet.image_arrays``,
-``sgeval_convert.openimages.image_arrays``; ``image`` is
+``sgeval_convert.openimages.image_arrays``; ``sgeval_convert.ag.image_arrays`` takes one video's
+``pred`` and its frames' images and returns one dict per frame; ``image`` is
 the sgeval.GTImage of the output, found by position as the file converters find it.)
 
 The shared rules and the restricted unpickler live in ``common.py``, the command line in

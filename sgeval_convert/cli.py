@@ -21,9 +21,10 @@ import sgeval
 from . import common, recipe
 
 # The families in the order --help lists them: prediction converters, then the dataset converters.
-FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "vg150", "gqa200", "openimages-gt", "zeroshot")
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "vg150", "gqa200", "openimages-gt", "ag-gt",
+            "zeroshot")
 # family -> (module of this package, its click command); the others are module <family>, command main
-COMMANDS = {"openimages-gt": ("openimages", "gt_main")}
+COMMANDS = {"openimages-gt": ("openimages", "gt_main"), "ag-gt": ("ag", "gt_main")}
 
 
 def module_of(family):
@@ -77,8 +78,8 @@ RECIPE_OPTIONS = {"recipe_path": "--recipe", "raw": "--raw", "gt": "--gt", "pred
 @click.option("--quiet", is_flag=True, help="With --config: no progress bar.")
 @click.pass_context
 def main(ctx, config_path, recipe_path, raw, gt, pred, force, workers, quiet):
-    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb, openimages),
-    or a dataset's files to sgeval's GT JSON or zero-shot list (vg150, gqa200, openimages-gt, zeroshot).
+    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb, openimages, ag),
+    or a dataset's files to sgeval's GT JSON or zero-shot list (vg150, gqa200, openimages-gt, ag-gt, zeroshot).
 
     With --config instead of a family: convert the raw output named by a config's conversion recipe,
     when the config's pred is missing or stale.
