@@ -152,6 +152,7 @@ class LegacyTool(typing.NamedTuple):
     name: str
     pixel: int  # added to box widths and heights (Scene-Graph-Benchmark's "+1 pixel")
     least_union: float | None  # the box IoU's union is at least this (mmdet's eps)
+    dtype: type = np.float32  # the box IoU's arithmetic
 
 
 LEGACY_NG_LIST = 100  # OpenPSG and Scene-Graph-Benchmark score the first 100 entries of their NG ranking
@@ -569,6 +570,7 @@ class GTImage:
     subsets: np.ndarray | None = None  # (R, S) bool: the row is in the configured subset s (set by the Evaluator)
     crowd: np.ndarray | None = None  # (G,) bool: segments_info's iscrowd (panoptic quality)
     areas: np.ndarray | None = None  # (G,) int64: segments_info's area, None when one lacks it (panoptic quality)
+    video: str | None = None  # the entry's "video" (Action Genome: the frames of one video), when given
 
 
 @dataclasses.dataclass
@@ -651,6 +653,7 @@ class _Entry(typing.NamedTuple):
     problems: dict
     crowd: np.ndarray | None = None  # (G,) bool: iscrowd (0 where not given)
     areas: np.ndarray | None = None  # (G,) int64: area, None unless every segment gives one
+    video: str | None = None  # the entry's "video", when it is a string
 
 
 def _compact_entry(entry):
@@ -680,7 +683,8 @@ def _compact_entry(entry):
     if relations is None:
         problems["relations"] = "field 'relations' must be a list of [3 integers] rows"
     return _Entry(str(entry["image_id"]), *size, entry.get("pan_seg_file_name"), ids, categories, boxes, relations,
-                  problems, None if crowd is None else crowd.astype(bool), areas)
+                  problems, None if crowd is None else crowd.astype(bool), areas,
+                  entry["video"] if isinstance(entry.get("video"), str) else None)
 
 
 def read_gt(gt_path, seg_root=None):
@@ -728,7 +732,8 @@ def read_gt(gt_path, seg_root=None):
         if seg_path is False:
             continue
         images.append(GTImage(entry.image_id, entry.height, entry.width, seg_path, entry.segment_ids, categories,
-                              boxes, relations[first], file_rows, crowd=entry.crowd, areas=entry.areas))
+                              boxes, relations[first], file_rows, crowd=entry.crowd, areas=entry.areas,
+                              video=entry.video))
     listed = {entry.image_id for entry in data["data"] if isinstance(entry, _Entry)}
     problems += [f"{gt_path}: test_image_ids lists image {image_id}, which has no entry in 'data'"
                  for image_id in sorted(test_ids - listed)]
@@ -1176,7 +1181,7 @@ class Evaluator:
             columns, blocks, audit, check = unpack_record(values, settings)
             for name, fields in blocks.items():
                 stores[name].images[index] = columns, fields
-                if name in confusion:
+                if name in confusion and "confusion" in fields:
                     np.add.at(confusion[name], *fields["confusion"])
             if audit is not None:
                 audits[index] = audit
@@ -2719,23 +2724,23 @@ def first_positions(sequence_keys_N, query_keys_Q):
 
 
 def legacy_box_iou(tool, gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
-    """IoU (P, G) as a LegacyTool computes it: float32 throughout, tool.pixel added to widths and
+    """IoU (P, G) as a LegacyTool computes it: in tool.dtype throughout, tool.pixel added to widths and
     heights, inter / ((GT area + predicted area) - inter), the union at least tool.least_union;
     -1 where categories differ. OpenPSG: mmdet's bbox_overlaps (no +1, union >= 1e-6); sgb:
     boxlist_iou (+1; an empty union gives NaN, which never matches)."""
-    gt, pred = np.asarray(gt_box_G4, np.float32)[:, None], np.asarray(pred_box_P4, np.float32)[None]
-    pixel = np.float32(tool.pixel)
+    gt, pred = np.asarray(gt_box_G4, tool.dtype)[:, None], np.asarray(pred_box_P4, tool.dtype)[None]
+    pixel = tool.dtype(tool.pixel)
     area_gt = (gt[..., 2] - gt[..., 0] + pixel) * (gt[..., 3] - gt[..., 1] + pixel)
     area_pred = (pred[..., 2] - pred[..., 0] + pixel) * (pred[..., 3] - pred[..., 1] + pixel)
     wh = np.maximum(np.minimum(gt[..., 2:], pred[..., 2:]) - np.maximum(gt[..., :2], pred[..., :2]) + pixel,
-                    np.float32(0))
+                    tool.dtype(0))
     inter = wh[..., 0] * wh[..., 1]
     union = area_gt + area_pred - inter
     if tool.least_union is not None:
-        union = np.maximum(union, np.float32(tool.least_union))
+        union = np.maximum(union, tool.dtype(tool.least_union))
     with np.errstate(divide="ignore", invalid="ignore"):
         iou = inter / union
-    return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, np.float32(-1))
+    return np.where(pred_cat_P[:, None] == gt_cat_G[None], iou.T, tool.dtype(-1))
 
 
 @_kernel
@@ -3116,6 +3121,7 @@ class Protocol:
     graph_constraint = True  # R@k: the first row of each predicted pair (else of each distinct triplet)
     fixed_rules = None  # the aggregation rules its tool fixes, whatever the config says
     scalar_keys = ()  # its metrics without a cut-off (the table prints them in one line)
+    table_families = ()  # its metric families beyond the shared ones, a row each in the table
 
     def __repr__(self):
         return f"<protocol {self.name}>"
@@ -3172,9 +3178,9 @@ class Protocol:
         """The metric families it reports of those the config asks for."""
         return [family for family in config.metrics if family != "A" or config.task != "sgdet"]
 
-    def metrics(self, config, store, training, groups, subsets):
+    def metrics(self, config, store, training, groups, subsets, gt=None):
         """(metrics, per_predicate, rules) from its CountStore: aggregate under its rules, the
-        predicate groups' and the subsets' means."""
+        predicate groups' and the subsets' means (gt: the evaluated GroundTruth)."""
         rules, wanted = self.rules(config), self.families(config)
         metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
                                            rules["aggregation"], training.pairs, config.wimr_tau)
@@ -3196,6 +3202,10 @@ class Protocol:
                     columns[key] = array.sum(axis=-1) if fields[name].per_predicate else array
         columns.update(_subset_columns(store, config.k, [spec.name for spec in config.subsets], families))
         return columns
+
+    def images_left_out(self, store):
+        """The images its means leave out (a legacy tool's images without predicted relations)."""
+        return int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0))
 
     def table_note(self, section, results):
         """A line under the table about its rules, or None."""
@@ -3389,7 +3399,7 @@ class OpenImages(SGB):
     def families(self, config):
         return ["mR"]  # its own R@k ranks another list: of the recall families only the mR PySGG prints
 
-    def metrics(self, config, store, training, groups, subsets):
+    def metrics(self, config, store, training, groups, subsets, gt=None):
         metrics, per_predicate, rules = super().metrics(config, store, training, groups, subsets)
         oi_values, oi_per_predicate = oi_metrics(store, config.k)
         return {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}, rules
@@ -3521,7 +3531,102 @@ def oi_metrics(store, k_labels):
     out["score_wtd"] = 0.4 * out["wmAP_rel"] + 0.2 * r50 + 0.4 * out["wmAP_phr"]
     return {key: float(value) for key, value in out.items()}, per_predicate
 
-PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), OpenPSG(), SGB(), OpenImages())}
+AG_LISTS = (  # STTran's three constraints: the list, and the families of its R, TEMPURA's mR, DSG-DETR's mR, video R
+    ("with", "R", "mR", "fmR", "vR"), ("semi", "semiR", "mSemiR", "fmSemiR", "vSemiR"),
+    ("no", "ngR", "mNgR", "fmNgR", "vNgR"))
+AG_FIELDS = (
+    CountField("ag_gt", ("C",), "GT relation rows (every row of the file)", "gt_relations"),
+    CountField("ag_hits", (3, "K", "C"), "GT rows the first k rows of each constraint's list hit (with, semi, no)"),
+)
+
+
+class ActionGenome(LegacyProtocol):
+    """STTran's Action Genome evaluation (lib/evaluation_recall.py; every rule with file and line:
+    tools/ag_check/README.md), box mode: per frame, three ranked lists as STTran builds them for
+    its three constraints (``row_lists`` with, semi and no: ``sgeval convert ag`` writes them), a row
+    hits every GT row (each row of the file, repeats included) whose subject category, object
+    category and predicate it has, with the +1-pixel box IoU (float64) >= iou_threshold for subject
+    and object (many-to-many); the stored instances in every task; a frame without rows scores 0.
+    R@k (semiR@k, ngR@k): the mean over frames of each frame's recall; mR@k (mSemiR, mNgR):
+    TEMPURA's, per predicate the hits over all frames / (the GT rows + 1e-10), summed over every
+    predicate and divided by their number; fmR@k (fmSemiR, fmNgR): DSG-DETR's, per predicate the
+    mean over the frames holding it of their recall (0 without such frames), over every predicate;
+    vR@k (vSemiR, vNgR): the mean over videos of their frames' mean recall."""
+
+    name = "ag"
+    summary = "STTran's Action Genome evaluation: with / semi / no constraint lists, +1 box IoU, frame means"
+    compare = False
+    tool = LegacyTool("STTran (Action Genome)", 1, None, np.float64)
+    fields = AG_FIELDS
+    lists = {"with": ("with", "triplets"), "semi": ("semi",), "no": ("no", "ng_triplets")}
+    fixed_rules = {"absent_predicates": "zero", "aggregation": "per_image"}
+    table_families = ("semiR", "mSemiR", "fmR", "fmSemiR", "fmNgR", "vR", "vSemiR", "vNgR")
+
+    def config_problems(self, config, source):
+        if config.gt_seg:
+            return [f"{source}: the ag protocol scores boxes (Action Genome has no masks): leave out gt_seg"]
+        return []
+
+    def record_problem(self, pred, image, settings, where):
+        if len(pred.triplets) and "semi" not in pred.row_lists:
+            return (f"{where}: the ag protocol reads STTran's three lists: field 'row_lists.semi' is required "
+                    f"(sgeval convert ag writes row_lists with, semi and no)")
+        return None
+
+    def image_counts(self, compared):
+        gt, pred, settings = compared.gt, compared.stored, compared.settings  # STTran scores the stored boxes
+        relations = gt.relations[gt.file_rows]
+        ks = k_values(settings.k, len(relations))
+        iou = legacy_box_iou(self.tool, gt.boxes, gt.categories, pred.boxes, pred.categories)
+        ok = iou >= settings.iou_threshold
+        hits = np.zeros((len(AG_LISTS), len(ks), settings.n_predicates), np.int64)
+        for index, (name, *_) in enumerate(AG_LISTS):
+            rows = self.rows(pred, name)[0]
+            first = triplet_hits(rows, ok, relations, min(max(ks), len(rows)), settings.n_predicates)[0]
+            hits[index] = [np.bincount(relations[(first >= 0) & (first < k), 2], minlength=settings.n_predicates)
+                           for k in ks]
+        return {"ag_gt": np.bincount(relations[:, 2], minlength=settings.n_predicates), "ag_hits": hits}
+
+    def empty_counts(self, gt, settings):
+        relations = gt.relations[gt.file_rows]
+        return {"ag_gt": np.bincount(relations[:, 2], minlength=settings.n_predicates),
+                "ag_hits": np.zeros((len(AG_LISTS), len(settings.k), settings.n_predicates), np.int64)}
+
+    def metrics(self, config, store, training, groups, subsets, gt=None):
+        gt_IC, hits_ILKC = store["ag_gt"], store["ag_hits"]
+        gt_I = gt_IC.sum(axis=1)
+        videos = [image.video or image.image_id for image in gt.images] if gt else list(range(len(gt_I)))
+        video_of = np.unique(videos, return_inverse=True)[1].reshape(-1) if len(gt_I) else np.zeros(0, np.int64)
+        metrics, per_predicate = {}, {}
+        for index, (_, recall, tempura, frames, video) in enumerate(AG_LISTS):
+            for ki, label in enumerate(config.k):
+                hits_IC = hits_ILKC[:, index, ki]
+                frame_recall = hits_IC.sum(axis=1) / np.maximum(gt_I, 1)
+                metrics[f"{recall}@{label}"] = float(frame_recall.mean()) if len(gt_I) else np.nan
+                per_video = np.bincount(video_of, frame_recall) / np.maximum(np.bincount(video_of), 1)
+                metrics[f"{video}@{label}"] = float(per_video.mean()) if len(gt_I) else np.nan
+                pooled = [float(h) / (float(c) + 1e-10) for h, c in zip(hits_IC.sum(axis=0), gt_IC.sum(axis=0))]
+                per_predicate[f"{tempura}@{label}"] = np.array(pooled)
+                metrics[f"{tempura}@{label}"] = sum(pooled) / len(pooled)
+                per_predicate[f"{frames}@{label}"] = means = _per_predicate(hits_IC, gt_IC, False)
+                metrics[f"{frames}@{label}"] = float(np.nan_to_num(means).sum() / len(means))
+        return metrics, per_predicate, self.rules(config)
+
+    def per_image_columns(self, store, config, families):
+        hits = store["ag_hits"].sum(axis=-1)
+        return {"gt_relations": store["ag_gt"].sum(axis=-1), "R@": hits[:, 0], "semiR@": hits[:, 1],
+                "ngR@": hits[:, 2]}
+
+    def images_left_out(self, store):
+        return 0
+
+    def table_note(self, section, results):
+        return (f"{self.name}: {self.tool.name}'s rules: rows as ranked, +1 IoU, many-to-many; R / semiR / ngR: with / "
+                f"semi / no constraint, frame means; mR: TEMPURA's (pooled), fmR: DSG-DETR's (frame means), over every "
+                f"predicate; vR: video means")
+
+
+PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), OpenPSG(), SGB(), OpenImages(), ActionGenome())}
 RECALL_PROTOCOLS = tuple(name for name, unit in PROTOCOLS.items() if unit.compare)  # --compare-protocols
 COUNT_FIELDS = {field.name: field for unit in PROTOCOLS.values() for field in unit.fields}  # every count field
 PER_PREDICATE_FIELDS = frozenset(name for name, field in COUNT_FIELDS.items() if field.per_predicate)
@@ -4427,15 +4532,15 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
              for label in config.k}  # a subset's per-predicate values: the predicates of its rows
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        metrics, per_predicate, rules = PROTOCOLS[protocol].metrics(config, store, training, groups, subsets)
+        metrics, per_predicate, rules = PROTOCOLS[protocol].metrics(config, store, training, groups, subsets, gt)
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in shown.get(
                 key, np.flatnonzero(present))} for key, values in per_predicate.items()},
             "rules": rules,
-            "images_left_out": int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0)),
+            "images_left_out": PROTOCOLS[protocol].images_left_out(store),
             "predicate_confusion": confusion_report(counted.confusion[protocol], names, config.confusion_k)}
-    short = headline["imr_short"].sum(axis=0)
+    short = headline["imr_short"].sum(axis=0) if "imr_short" in headline else np.zeros(len(config.imr_k), np.int64)
     results = {
         "sgeval_version": __version__,
         "config": {**dataclasses.asdict(config), **{key: list(getattr(config, key)) for key in
@@ -4565,7 +4670,8 @@ def format_table(results):
              f"aggregation | images: "
              + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in results["images"].items()
                          if (key, value) not in (("scope", "all"), ("duplicate_updates", 0)))]
-    for families, ks in ((("R", "imgR", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A"), config["k"]),
+    own = tuple(family for unit in PROTOCOLS.values() for family in unit.table_families)
+    for families, ks in ((("R", "imgR", "mR", "ngR", "mNgR", "F1", "PR", "zR", "ngzR", "A", *own), config["k"]),
                          (("IMR", "wIMR"), config["imr_k"])):
         rows = [family for family in families if f"{family}@{ks[0]}" in metrics]
         if rows:
