@@ -5053,6 +5053,39 @@ Rules (where the papers are ambiguous, these are the decisions)
   needs row scores (one error line when a record has rows without them). It reads the stored
   instances in every task (PySGG's Open Images pass scores the predicted boxes also in PredCls). ``--compare-protocols``
   adds the five recall protocols (it runs on any prediction; oi only when named).
+* ``ag``: STTran's Action Genome evaluation (``lib/evaluation_recall.py``; every rule with file and
+  line: tools/ag_check/README.md), box mode, frames as images. Three lists per frame, as STTran's
+  three constraints rank them and ``sgeval convert ag`` writes them: ``row_lists.with`` (else
+  ``triplets``), ``row_lists.semi``, ``row_lists.no`` (else ``ng_triplets``), read as ranked. A row
+  hits every GT row (each row of the file, repeats included) with its subject and object categories
+  and predicate whose boxes have the +1-pixel IoU (float64, as STTran's bbox.pyx) >= iou_threshold
+  with its subject's and object's; many-to-many; the stored instances in every task; a frame
+  without a record or rows scores 0. R@k / semiR@k / ngR@k (with / semi / no constraint): the mean
+  over frames of each frame's recall. mR@k / mSemiR@k / mNgR@k: TEMPURA's mean recall, per
+  predicate the hits over all frames / (its GT rows + 1e-10), summed over every predicate of the
+  vocabulary and divided by their number; fmR@k / fmSemiR@k / fmNgR@k: DSG-DETR's, per predicate
+  the mean over the frames holding it of their recall (0 without such frames), over every
+  predicate; vR@k / vSemiR@k / vNgR@k: the mean over videos (the GT entries' ``video``) of their
+  frames' mean recall (an sgeval extension). The fair protocols read ``triplets`` (with) and
+  ``ng_triplets`` (no) of the same file.
+* Panoptic quality (``pq: true``, mask mode; a measure beside the protocols, results
+  ``panoptic_quality`` and PQ, SQ, RQ, PQ_th, ..., PQ_st, ... in ``metrics``): panopticapi's
+  pq_compute (every rule with file and line: tools/pq_check/README.md). The prediction's masks
+  are its segments (``pq_merge: none``: masks that overlap are an error naming the image), or
+  become segments by a merge rule: ``score-order`` (fair-psgg's hilo merge: by score, descending,
+  tied scores the later mask first; a mask becomes a segment of the pixels no earlier segment
+  claimed, dropped when none, and absorbs every later mask of mask IoU >= 0.5, any category) or
+  ``first-wins`` (its psgtr merge: each pixel to the first mask holding it). A segment without
+  pixels is none. GT: the listed segments, their ``iscrowd`` and ``area`` (segments_info's, as
+  panopticapi reads it), VOID = the PNG's pixels of id 0 (a PNG id segments_info does not list is
+  neither). A segment and a non-crowd GT segment of its category match when 2 x shared > union,
+  union = segment pixels + GT area - shared - the segment's VOID pixels (IoU > 0.5); an unmatched
+  GT segment (not crowd) is a false negative; an unmatched segment a false positive unless more
+  than half of it lies on VOID and the last crowd segment of its category. Per category PQ = sum
+  IoU / (TP + FP / 2 + FN / 2), SQ = sum IoU / TP (0 without TP), RQ = TP / (TP + FP / 2 + FN /
+  2); All / Things (thing_classes) / Stuff: the means over the categories with a TP, FP or FN
+  (None when there is none). OpenPSG prints the same numbers in percent. An image's record holds
+  its matched pairs (category, shared, union) and per category its FP and FN: the counts add up.
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
   GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
