@@ -731,8 +731,8 @@ def _labels(pairs, mapping_file):
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion or "
-              "all (default: main, and protocols when a run has several).")
+@click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion, "
+              "segmentation or all (default: main, protocols when a run has several, segmentation when one has PQ).")
 @click.option("--metrics", help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, "
               "PRank, wmAP_rel) (default: R,mR; on oi results: " + ",".join(OI_METRICS) + ").")
 @click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")
