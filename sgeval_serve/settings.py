@@ -195,7 +195,7 @@ def _evaluation(values, metrics, where, problems):
                  if key in RESERVED_EVALUATION_KEYS]
     extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
     families = {metric_family(key) for key in metrics} - {None, "oi", "pq"}  # oi's keys come with the protocol
-    if "metrics" not in extra and families:
+    if "metrics" not in extra:
         extra["metrics"] = sorted(families)
     shown = [key for key in metrics if metric_family(key) == "pq"]
     if shown:
