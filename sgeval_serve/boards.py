@@ -59,7 +59,8 @@ def columns(benchmark):
 
 
 def default_sort(benchmark):
-    """The column the boards sort by unless asked: order_by, under the headline protocol."""
+    """The column the boards sort by unless asked: order_by, under the headline protocol (a PQ key:
+    in the panoptic quality group)."""
     group = PQ_GROUP if benchmark.order_by in benchmark.pq_metrics else benchmark.headline
     return f"{group}:{benchmark.order_by}"
 
