@@ -173,6 +173,27 @@ def _check_section(section, where, problems):
                         integer=True)
 
 
+PQ_MEANS = ("All", "Things", "Stuff")
+
+
+def _check_panoptic_quality(section, where, problems):
+    """The panoptic_quality section (pq: true; absent or null otherwise): rule and merge names,
+    the means (a mapping of numbers, or null where no category counts) and per_category."""
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        problems.append(f"{where}panoptic_quality: expected a mapping or null")
+        return
+    for key in ("rule", "merge"):
+        if not _text(section.get(key)):
+            problems.append(f"{where}panoptic_quality.{key}: expected a name")
+    for key in PQ_MEANS:
+        if section.get(key) is not None:
+            _number_map(section[key], f"{where}panoptic_quality.{key}", problems)
+    _each(section.get("per_category", {}), f"{where}panoptic_quality.per_category", problems,
+          lambda name, values: _number_map(values, f"{where}panoptic_quality.per_category.{name}", problems))
+
+
 def read_results(path):
     """The parsed results file at path, checked for every field the report reads; ReportError otherwise."""
     try:
@@ -188,6 +209,7 @@ def read_results(path):
     problems = []
     _check_fields(results, f"{path}: ", problems)
     _check_section(results, f"{path}: ", problems)
+    _check_panoptic_quality(results.get("panoptic_quality"), f"{path}: ", problems)
     _number_map(results.get("gt_relations_per_predicate"), f"{path}: gt_relations_per_predicate", problems, True)
     _number_map(results.get("training_relations_per_predicate", {}), f"{path}: training_relations_per_predicate",
                 problems, True)
@@ -626,9 +648,13 @@ def segmentation_table(runs, keys, marks, notes):
     if not any((run.results.get("metrics") or {}).get("PQ") is not None for run in runs):
         raise ReportError(["report: the segmentation table needs panoptic quality: evaluate with pq: true (mask mode)"])
     rows = [[_label(run, marks)] + [(run.results.get("metrics") or {}).get(key) for key in keys] for run in runs]
-    merges = sorted({(run.results.get("panoptic_quality") or {}).get("merge", "-") for run in runs})
+    merge_of = {run.label: (run.results.get("panoptic_quality") or {}).get("merge", "-") for run in runs}
+    merges = sorted(set(merge_of.values()))
     lines = [f"Panoptic quality as panopticapi computes it (merge rule: {', '.join(merges)}; _th things, _st stuff) "
              f"beside the recall of the headline protocol. Values in percent."]
+    if len(merges) > 1:  # each rule makes other segments of the same masks: PQ compares across rules only so
+        lines.append("The runs merged overlapping masks by different rules: " + ", ".join(
+            f"{label} {merge}" for label, merge in merge_of.items()) + ".")
     return Table("segmentation", "Segmentation quality and recall", [_column("Model")] + [_key_column(key) for key in keys],
                  rows, ["text"] + [_kind(key) for key in keys], lines + notes, True)
 
@@ -705,8 +731,8 @@ def _labels(pairs, mapping_file):
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion or "
-              "all (default: main, and protocols when a run has several).")
+@click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion, "
+              "segmentation or all (default: main, protocols when a run has several, segmentation when one has PQ).")
 @click.option("--metrics", help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, "
               "PRank, wmAP_rel) (default: R,mR; on oi results: " + ",".join(OI_METRICS) + ").")
 @click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")

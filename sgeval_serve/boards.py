@@ -12,6 +12,7 @@ import sgeval
 
 BOARDS = ("public", "approved")
 LOWER_IS_BETTER = ("PRank",)
+PQ_GROUP = "panoptic_quality"  # the column group of the PQ keys, shown once beside the protocols
 
 
 class NotVisible(LookupError):
@@ -50,9 +51,18 @@ def sections(results):
 
 
 def columns(benchmark):
-    """The sortable columns, headline protocol first: {key, protocol, metric}."""
-    return [{"key": f"{protocol}:{metric}", "protocol": protocol, "metric": metric}
-            for protocol in benchmark.protocols for metric in benchmark.metrics]
+    """The sortable columns, headline protocol first, then panoptic quality (PQ_GROUP) when shown:
+    {key, protocol, metric}."""
+    groups = [(protocol, benchmark.protocol_metrics) for protocol in benchmark.protocols]
+    return [{"key": f"{group}:{metric}", "protocol": group, "metric": metric}
+            for group, metrics in [*groups, (PQ_GROUP, benchmark.pq_metrics)] for metric in metrics]
+
+
+def default_sort(benchmark):
+    """The column the boards sort by unless asked: order_by, under the headline protocol (a PQ key:
+    in the panoptic quality group)."""
+    group = PQ_GROUP if benchmark.order_by in benchmark.pq_metrics else benchmark.headline
+    return f"{group}:{benchmark.order_by}"
 
 
 def _sort_value(item, protocol, metric):
@@ -61,10 +71,10 @@ def _sort_value(item, protocol, metric):
 
 
 def sort_entries(items, benchmark, sort=None, order=None):
-    """Sort by one column (default: the headline protocol's first metric); missing values last,
+    """Sort by one column (default: default_sort, the benchmark's order_by); missing values last,
     ties by submission date. Returns (items, sort, order)."""
     keys = {column["key"]: (column["protocol"], column["metric"]) for column in columns(benchmark)}
-    sort = sort if sort in keys else f"{benchmark.headline}:{benchmark.order_by}"
+    sort = sort if sort in keys else default_sort(benchmark)
     protocol, metric = keys[sort]
     if order not in ("asc", "desc"):
         order = "asc" if metric in LOWER_IS_BETTER else "desc"
@@ -78,7 +88,9 @@ def sort_entries(items, benchmark, sort=None, order=None):
 def benchmark_info(benchmark):
     return {"slug": benchmark.slug, "title": benchmark.title, "dataset": benchmark.dataset, "split": benchmark.split,
             "task": benchmark.task, "description": benchmark.description, "headline": benchmark.headline,
-            "protocols": list(benchmark.protocols), "metrics": list(benchmark.metrics), "order_by": benchmark.order_by,
+            "protocols": list(benchmark.protocols), "metrics": list(benchmark.metrics),
+            "protocol_metrics": list(benchmark.protocol_metrics), "pq_metrics": list(benchmark.pq_metrics),
+            "order_by": benchmark.order_by,
             "quota": {"per_day": benchmark.quota_per_day, "total": benchmark.quota_total},
             "missing_images": benchmark.missing_images, "mode": "mask" if benchmark.gt_seg else "box"}
 

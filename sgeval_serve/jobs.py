@@ -37,7 +37,9 @@ def summary(results, benchmark):
     image and the image counts."""
     by_protocol = boards.sections(results)
     metrics = {protocol: {key: (by_protocol.get(protocol) or {}).get("metrics", {}).get(key)
-                          for key in benchmark.metrics} for protocol in benchmark.protocols}
+                          for key in benchmark.protocol_metrics} for protocol in benchmark.protocols}
+    if benchmark.pq_metrics:  # one value each, in the results' metrics whatever the protocol
+        metrics[boards.PQ_GROUP] = {key: results.get("metrics", {}).get(key) for key in benchmark.pq_metrics}
     audit = (results.get("protocol_audit") or {}).get("per_image_mean") or {}
     return {"metrics": metrics, "audit": {key: audit.get(key) for key in AUDIT_SHOWN}, "images": results["images"]}
 

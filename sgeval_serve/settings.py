@@ -2,8 +2,10 @@
 
 A benchmark is one (dataset, split, task) with hidden ground truth. Its leaderboard columns are
 ``protocols`` (the first is the headline) × ``metrics`` (result keys such as ``R@50``,
-``mR@50``, ``PRank``); ``evaluation`` holds further sgeval config keys (``k``, ``iou_threshold``,
-...). Paths in the file are relative to the file's folder.
+``mR@50``, ``PRank``), and the panoptic quality keys (``PQ``, ``SQ_th``, ...) once beside them:
+they do not depend on the protocol, and they turn on the evaluation's ``pq`` (mask mode only).
+``evaluation`` holds further sgeval config keys (``k``, ``iou_threshold``, ``pq_merge``, ...).
+Paths in the file are relative to the file's folder.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ BENCHMARK_KEYS = ("title", "dataset", "split", "task", "gt", "gt_seg", "train_gt
 RESERVED_EVALUATION_KEYS = ("gt", "gt_seg", "train_gt", "pred", "protocol", "protocols", "task", "output",
                             "per_image", "workers", "model", "per_predicate")
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-METRIC_KEY = re.compile(r"([A-Za-z]+)@([0-9]+|x[0-9.eE+-]+|inf)|InstR|PRank|" + "|".join(sgeval.OI_SCALARS))
+METRIC_KEY = re.compile(r"([A-Za-z]+)@([0-9]+|x[0-9.eE+-]+|inf)|InstR|PRank|"
+                        + "|".join((*sgeval.OI_SCALARS, *sgeval.PQ_KEYS)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,16 @@ class Benchmark:
     @property
     def headline(self):
         return self.protocols[0]
+
+    @property
+    def protocol_metrics(self):
+        """The metrics shown under every protocol."""
+        return tuple(key for key in self.metrics if metric_family(key) != "pq")
+
+    @property
+    def pq_metrics(self):
+        """The panoptic quality keys, shown once (they do not depend on the protocol)."""
+        return tuple(key for key in self.metrics if metric_family(key) == "pq")
 
     def sgeval_config(self, pred):
         """The sgeval Config that evaluates pred on this benchmark."""
@@ -129,10 +142,12 @@ def _path(base, value):
 
 def metric_family(key):
     """The sgeval metric family of a result key (R@50 -> R, mR@inf -> Rinf; the oi protocol's own
-    keys, imgR@50, wmAP_rel, score_wtd, ...: oi), or None."""
+    keys, imgR@50, wmAP_rel, score_wtd, ...: oi; PQ, SQ_th, ...: pq), or None."""
     match = METRIC_KEY.fullmatch(key)
     if not match:
         return None
+    if key in sgeval.PQ_KEYS:
+        return "pq"
     if key in sgeval.OI_SCALARS or match.group(1) == "imgR":
         return "oi"
     if match.group(1) is None:
@@ -148,7 +163,7 @@ def _metrics(values, where, problems):
         return ("R@50",)
     for key in metrics:
         family = metric_family(key)
-        if family not in (*sgeval.METRIC_FAMILIES, "oi"):
+        if family not in (*sgeval.METRIC_FAMILIES, "oi", "pq"):
             problems.append(f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
     return tuple(dict.fromkeys(metrics))
 
@@ -170,6 +185,8 @@ def _order_by(values, metrics, where, problems):
 
 
 def _evaluation(values, metrics, where, problems):
+    """The benchmark's further sgeval config keys: its metric families (unless given), and pq on
+    when a PQ key is shown."""
     extra = values.get("evaluation") or {}
     if not isinstance(extra, dict):
         problems.append(f"{where}: 'evaluation' must be a mapping of sgeval config keys")
@@ -177,9 +194,18 @@ def _evaluation(values, metrics, where, problems):
     problems += [f"{where}: evaluation key '{key}' is set by the service" for key in extra
                  if key in RESERVED_EVALUATION_KEYS]
     extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
-    families = {metric_family(key) for key in metrics} - {None, "oi"}  # oi's keys come with the protocol
+    families = {metric_family(key) for key in metrics} - {None, "oi", "pq"}  # oi's keys come with the protocol
     if "metrics" not in extra:
         extra["metrics"] = sorted(families)
+    shown = [key for key in metrics if metric_family(key) == "pq"]
+    if shown:
+        if extra.get("pq", True) is not True:
+            problems.append(f"{where}: the metrics show panoptic quality ({', '.join(shown)}), so evaluation key "
+                            f"'pq' cannot be {extra['pq']!r}")
+        if not isinstance(values.get("gt_seg"), str):
+            problems.append(f"{where}: the metrics show panoptic quality ({', '.join(shown)}), which needs 'gt_seg' "
+                            f"(mask mode): it matches segments by their pixels, and boxes have no such segments")
+        extra["pq"] = True
     return extra
 
 
@@ -194,6 +220,9 @@ def _benchmark(slug, values, base, source, problems):
     if not isinstance(values.get("gt"), str):
         problems.append(f"{where}: 'gt' (the hidden ground truth's psg.json) is required")
     metrics = _metrics(values, where, problems)
+    if metrics and all(metric_family(key) == "pq" for key in metrics):
+        problems.append(f"{where}: 'metrics' must name a metric of the protocols too (R@50, mR@50, ...), not only "
+                        f"panoptic quality")
     m_type = [key for key in metrics if key.startswith(("mR@", "mNgR@"))]
     quota = values.get("quota") or {}
     if not isinstance(quota, dict):

@@ -333,3 +333,21 @@ def test_remote_result_is_what_update_submission_accepts(challenge):
     accuracies = remote[0]["accuracies"]
     assert set(accuracies) == set(labels) and all(type(value) in (int, float) for value in accuracies.values())
 
+
+
+def test_a_phase_with_panoptic_quality_has_its_columns(challenge, monkeypatch):
+    """A phase that names PQ keys turns pq on and shows them once, after the protocols' columns."""
+    phase = challenge.main.Phase(split="test_split", protocols=("unique",), metrics=("mR",), k=("50",),
+                                 order_by="PQ", pq=("PQ", "SQ", "RQ"), config={"pq_merge": "score-order"})
+    monkeypatch.setitem(challenge.main.PHASES, "test", phase)
+    assert challenge.main.columns("test") == ["mR@50 (singlempo)", "mR@50 (unique)", "PQ", "SQ", "RQ",
+                                              *challenge.main.AUDIT_COLUMNS, challenge.main.MISSING_COLUMN]
+    assert challenge.main.order_by("test") == "PQ"
+    output, _ = challenge.submit(challenge.pred)
+    direct = sgeval.evaluate(sgeval.make_config({"gt": str(challenge.gt), "gt_seg": str(challenge.data / "panoptic"),
+                                                 "pred": str(challenge.pred), "pq": True, "pq_merge": "score-order",
+                                                 "metrics": ["R"]}))
+    row = output["result"][0]["test_split"]
+    assert list(row) == challenge.main.columns("test")
+    assert {key: row[key] for key in ("PQ", "SQ", "RQ")} == {key: round(100 * direct["metrics"][key], 2)
+                                                            for key in ("PQ", "SQ", "RQ")}

@@ -391,3 +391,34 @@ def test_segmentation_table_puts_pq_beside_the_recall(demo):
         metrics = json.loads(Path(path).read_text())["metrics"]
         assert [float(value) for value in row[1:8]] == pytest.approx(
             [100 * metrics[key] for key in ("PQ", "SQ", "RQ", "PQ_th", "PQ_st", "R@inf", "mR@inf")], abs=1e-9)
+
+
+def test_results_with_panoptic_quality_are_read_and_a_broken_section_is_named(demo, tmp_path):
+    """The demo's results hold a panoptic_quality section (pq: true): read without complaint, in every
+    table; a section of the wrong shape is one line per field, never a traceback."""
+    assert results(demo["A"])["panoptic_quality"]["merge"] == "score-order"
+    assert report(demo["A"], demo["B"], "--tables", "all").exit_code == 0
+    bad = results(demo["A"])
+    bad["panoptic_quality"]["merge"] = 3
+    bad["panoptic_quality"]["Things"] = {"PQ": "high"}
+    bad["panoptic_quality"]["per_category"] = []
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    where = tmp_path / "bad.json"
+    assert report(where).stderr.splitlines() == [
+        f"error: {where}: panoptic_quality.merge: expected a name",
+        f"error: {where}: panoptic_quality.Things: expected a mapping of names to finite numbers or null",
+        f"error: {where}: panoptic_quality.per_category: expected a mapping"]
+    bad["panoptic_quality"] = ["score-order"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert report(where, "--tables", "segmentation").stderr.splitlines() == [
+        f"error: {where}: panoptic_quality: expected a mapping or null"]
+
+
+def test_segmentation_table_names_each_runs_merge_rule_when_they_differ(demo, tmp_path):
+    other = results(demo["B"])
+    other["panoptic_quality"]["merge"] = "first-wins"
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    text = report(demo["A"], tmp_path / "b.json", "--tables", "segmentation").stdout
+    assert "merge rule: first-wins, score-order" in text
+    assert "The runs merged overlapping masks by different rules: Model A score-order, Model B first-wins." in text
+    assert "different rules" not in report(demo["A"], demo["B"], "--tables", "segmentation").stdout

@@ -9,7 +9,8 @@ of ``sgeval.py`` and a ``requirements.txt``, made by ``python -m evalai.build``)
 with the local paths of the phase's test annotation file and of the participant's file. It returns
 ``{"result": [{split_codename: {column: number}}], "submission_result": ..., "submission_metadata":
 ...}``: one leaderboard row for the phase's dataset split, one column per protocol and metric
-(``R@50 (singlempo)``), plus the protocol audit and the images without a prediction. Which
+(``R@50 (singlempo)``), the panoptic quality keys a phase names (``PQ``, once: they do not depend
+on the protocol), plus the protocol audit and the images without a prediction. Which
 protocols, metrics and cut-offs a phase reports is ``PHASES`` below; the challenge config's
 leaderboard ``labels`` must be ``columns(codename)`` (``python -m evalai.build`` checks that).
 
@@ -52,7 +53,9 @@ class Phase:
     protocols: tuple = ("unique", "openpsg", "multimpo")  # more columns, evaluated in the same run
     metrics: tuple = ("R", "mR")  # metric families, one column per cut-off
     k: tuple = ("20", "50", "100")
-    order_by: str = "mR@50"  # the headline protocol's metric that ranks the leaderboard
+    order_by: str = "mR@50"  # the headline protocol's metric (or a pq key) that ranks the leaderboard
+    pq: tuple = ()  # panoptic quality keys (sgeval.PQ_KEYS: PQ, SQ, RQ, PQ_th, ...): pq on (mask mode only;
+    # masks that overlap need config pq_merge), one column each after the protocols' columns
     config: dict = dataclasses.field(default_factory=dict)  # any other sgeval config key (task, workers, ...)
 
 
@@ -89,13 +92,13 @@ def columns(codename):
     """The leaderboard columns (labels) of a phase, in order."""
     phase = PHASES[codename]
     return [f"{family}@{k} ({protocol})" for protocol in phase_protocols(phase)
-            for family in phase.metrics for k in phase.k] + [*AUDIT_COLUMNS, MISSING_COLUMN]
+            for family in phase.metrics for k in phase.k] + [*phase.pq, *AUDIT_COLUMNS, MISSING_COLUMN]
 
 
 def order_by(codename):
     """The column that ranks a phase's leaderboard (the config's default_order_by)."""
     phase = PHASES[codename]
-    return f"{phase.order_by} ({phase.protocol})"
+    return phase.order_by if phase.order_by in phase.pq else f"{phase.order_by} ({phase.protocol})"
 
 
 def evaluate(test_annotation_file, user_annotation_file, phase_codename, **kwargs):
@@ -112,7 +115,7 @@ def evaluate(test_annotation_file, user_annotation_file, phase_codename, **kwarg
                   str(pred): name, str(user_annotation_file): name, work: "<temporary folder>"}
         config = {"gt": str(gt), "gt_seg": gt_seg and str(gt_seg), "pred": str(pred), "protocol": phase.protocol,
                   "protocols": list(phase.protocols), "metrics": list(phase.metrics), "k": list(phase.k),
-                  **phase.config}
+                  **({"pq": True} if phase.pq else {}), **phase.config}
         try:
             results = sgeval.evaluate(sgeval.make_config(config))
         except sgeval.SGEvalError as error:
@@ -148,6 +151,11 @@ def leaderboard_row(phase, results):
                     raise RuntimeError(f"sgeval's results have no value for {key} under {protocol} "
                                        f"(undefined on this phase's test annotations, or not a per-cut-off metric)")
                 row[f"{key} ({protocol})"] = round(100 * metrics[key], 2)
+    for key in phase.pq:  # the masks' panoptic quality, whatever the protocol
+        if results["metrics"].get(key) is None:
+            raise RuntimeError(f"sgeval's results have no value for {key} (pq: true needs mask mode; a mean over "
+                               f"no category, such as PQ_st without stuff segments, has none)")
+        row[key] = round(100 * results["metrics"][key], 2)
     audit = results["protocol_audit"]
     if audit is None:
         raise RuntimeError("the audit columns need sgeval's protocol audit: do not set audit: false")

@@ -8,7 +8,9 @@ means and their category counts to 1e-9:
 * panopticapi on the COCO-panoptic PNGs + segments_info (segments that do not overlap), given as
   ``Panoptic(segment map, ids)`` and as (P, H, W) masks;
 * the overlapping masks with their scores under ``pq_merge: score-order`` (fair-psgg's hilo merge)
-  and ``first-wins`` (its psgtr merge), as arrays and as a prediction file.
+  and ``first-wins`` (its psgtr merge), as arrays and as a prediction file;
+* OpenPSG's pan_results given as ``Panoptic(pan, ids)`` with VOID left out (the recipe of
+  docs/panoptic-quality.md): panopticapi's numbers.
 """
 
 import json
@@ -146,3 +148,22 @@ def test_pq_needs_masks_and_a_known_merge_rule(tmp_path):
         sgeval.make_config({"gt": "g.json", "pq": True, "pq_merge": "argmax"})
     assert any("pq_merge 'argmax' is not one of none, score-order, first-wins" in p for p in info.value.problems)
     assert any("pq needs masks (gt_seg)" in p for p in info.value.problems)
+
+
+def test_pan_results_through_the_panoptic_form_give_panopticapis_numbers(case):
+    """docs/panoptic-quality.md's recipe for OpenPSG's pan_results, which sgeval does not read itself: each
+    value but VOID (category len(classes)) is a segment, Panoptic(pan, ids) with labels ids % 1000. That
+    is panopticapi's reading of the same segmentation; OpenPSG's numbers differ here, because the first
+    image holds the id-0 / VOID collision."""
+    folder, numbers = case
+    void = len(object_classes(folder / "psg.json"))
+    ev = evaluator(folder)
+    for image in ev.gt.images:
+        pan = np.load(folder / "pan" / f"{image.image_id}.npy")
+        ids = np.unique(pan)[np.unique(pan) % 1000 != void]
+        ev.update(image.image_id, labels=ids % 1000, triplets=np.zeros((0, 3), np.int64),
+                  masks=sgeval.Panoptic(pan, ids))
+    results = ev.compute()
+    assert_pq(results, numbers["panopticapi"])
+    returned = numbers["openpsg"]["returned"]
+    assert any(abs(100 * results["metrics"][key] - returned[key]) > 1e-6 for key in sgeval.PQ_KEYS)
