@@ -1,0 +1,59 @@
+"""The Action Genome path end to end on generated files (tools/make_ag_demo.py): AG's annotations ->
+sgeval_convert.ag.convert_gt (the filtered object file, training frames kept), the simulated
+model's {video: pred} torch file -> sgeval_convert.ag.convert -> sgeval with configs/ag-demo.yaml;
+STTran's numbers (with / semi / no constraint, TEMPURA's and DSG-DETR's mean recalls) against
+tests/reference_ag.py, the fair protocols (zR, IMR included) against tests/reference.py."""
+
+import pytest
+from conftest import ROOT, sgeval
+
+from tests import reference_ag
+from tests.reference import reference_evaluate
+from tests.test_reference import assert_close
+from tests.test_vg_demo import reference_inputs
+from tools import make_ag_demo
+
+FAMILIES = {"with": ("R", "mR", "fmR"), "semi": ("semiR", "mSemiR", "fmSemiR"), "no": ("ngR", "mNgR", "fmNgR")}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    paths = make_ag_demo.make_demo(tmp_path_factory.mktemp("ag"), seed=3, n_videos=12)
+    config = sgeval.load_config(ROOT / "configs" / "ag-demo.yaml", gt=str(paths["gt"]), pred=str(paths["pred"]))
+    return paths, config, sgeval.evaluate(config)
+
+
+def test_the_ag_demo_runs_every_step(demo):
+    paths, config, results = demo
+    assert results["config"]["protocol"] == "ag" and results["images"]["missing_predictions"] == 0
+    assert results["images"]["evaluated"] > 30
+    assert set(results["by_protocol"]) == {"ag", "unique", "singlempo", "multimpo"}
+    metrics = results["metrics"]
+    assert 0 < metrics["R@10"] <= metrics["R@100"] < metrics["ngR@100"] < 1
+    assert all(0 < metrics[f"{family}@20"] < 1 for families in FAMILIES.values() for family in families)
+    assert 0 < metrics["vR@20"] < 1
+    unique = results["by_protocol"]["unique"]["metrics"]
+    assert 0 <= unique["zR@20"] <= 1 and 0 < unique["IMR@10"] < 1 and 0 < unique["wIMR@10"] < 1
+
+
+def test_the_ag_demo_numbers_equal_sttrans_reference(demo):
+    paths, config, results = demo
+    slow, frames = reference_ag.evaluate(paths["gt"], paths["pred"])
+    assert results["images"]["evaluated"] == len(frames)
+    metrics = results["by_protocol"]["ag"]["metrics"]
+    for constraint, (recall, tempura, frame_mean) in FAMILIES.items():
+        for k in reference_ag.KS:
+            expected = slow[constraint]
+            assert metrics[f"{recall}@{k}"] == pytest.approx(expected["R"][k], abs=1e-12), (constraint, k)
+            assert metrics[f"{tempura}@{k}"] == pytest.approx(expected["mR_tempura"][k], abs=1e-12), (constraint, k)
+            assert metrics[f"{frame_mean}@{k}"] == pytest.approx(expected["mR_dsgdetr"][k], abs=1e-12), (constraint, k)
+
+
+def test_the_ag_demo_fair_protocols_equal_the_reference(demo):
+    paths, config, results = demo
+    dataset, predictions, _ = reference_inputs(paths, zeroshot=False)
+    for protocol in config.protocols:
+        slow = reference_evaluate(dataset, predictions, mode="box", ks=config.k, protocol=protocol,
+                                  absent_predicates=config.absent_predicates, imr_ks=config.imr_k, task=config.task)
+        fast = results["by_protocol"][protocol]["metrics"]
+        assert_close(fast, {key: value for key, value in slow["metrics"].items() if key in fast}, protocol)
