@@ -11,6 +11,7 @@ from tests import reference_ag
 from tests.reference import reference_evaluate
 from tests.test_reference import assert_close
 from tests.test_vg_demo import reference_inputs
+from sgeval_convert import recipe as convert_recipe
 from tools import make_ag_demo
 
 FAMILIES = {"with": ("R", "mR", "fmR"), "semi": ("semiR", "mSemiR", "fmSemiR"), "no": ("ngR", "mNgR", "fmNgR")}
@@ -57,3 +58,18 @@ def test_the_ag_demo_fair_protocols_equal_the_reference(demo):
                                   absent_predicates=config.absent_predicates, imr_ks=config.imr_k, task=config.task)
         fast = results["by_protocol"][protocol]["metrics"]
         assert_close(fast, {key: value for key, value in slow["metrics"].items() if key in fast}, protocol)
+
+
+def test_the_demo_s_raw_output_converts_by_a_recipe(demo, tmp_path):
+    paths = demo[0]
+    config = tmp_path / "ag.yaml"
+    config.write_text(f"gt: {paths['gt']}\npred: {tmp_path / 'ag.zip'}\nprotocol: ag\ntask: sgdet\n")
+    (tmp_path / "convert").mkdir()
+    (tmp_path / "convert" / "ag.yaml").write_text(f"family: ag\nraw: {paths['raw']}\ntask: sgdet\n")
+    with pytest.raises(convert_recipe.common.ConvertError, match="'attention' is required for family ag"):
+        convert_recipe.prepare(config)
+    (tmp_path / "convert" / "ag.yaml").write_text(f"family: ag\nraw: {paths['raw']}\ntask: sgdet\nattention: logits\n")
+    message, summary = convert_recipe.prepare(config, workers=2)
+    assert message.startswith("converting") and summary["task:sgdet"] == summary["images"]
+    assert (tmp_path / "ag.zip").read_bytes() == paths["pred"].read_bytes()
+    assert "is up to date" in convert_recipe.prepare(config)[0]
