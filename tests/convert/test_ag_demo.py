@@ -4,9 +4,15 @@ model's {video: pred} torch file -> sgeval_convert.ag.convert -> sgeval with con
 STTran's numbers (with / semi / no constraint, TEMPURA's and DSG-DETR's mean recalls) against
 tests/reference_ag.py, the fair protocols (zR, IMR included) against tests/reference.py."""
 
+import csv
+import io
+import json
+
 import pytest
+from click.testing import CliRunner
 from conftest import ROOT, sgeval
 
+import sgeval_report
 from tests import reference_ag
 from tests.reference import reference_evaluate
 from tests.test_reference import assert_close
@@ -73,3 +79,19 @@ def test_the_demo_s_raw_output_converts_by_a_recipe(demo, tmp_path):
     assert message.startswith("converting") and summary["task:sgdet"] == summary["images"]
     assert (tmp_path / "ag.zip").read_bytes() == paths["pred"].read_bytes()
     assert "is up to date" in convert_recipe.prepare(config)[0]
+
+
+def test_sgeval_report_prints_the_three_constraints_of_an_ag_headline(demo, tmp_path):
+    results = demo[2]
+    path = tmp_path / "sttran.json"
+    path.write_text(json.dumps(results))
+    text = CliRunner().invoke(sgeval_report.main, [str(path), "--format", "csv", "--tables", "main"],
+                              catch_exceptions=False).output
+    header, row = list(csv.reader(io.StringIO(text)))[1:3]  # after its 'table,main' line
+    families = ("R", "semiR", "ngR", "mR")
+    assert header == ["Model"] + [f"{family}@{k}" for family in families for k in ("10", "20", "50", "100")]
+    assert [float(value) for value in row[1:]] == pytest.approx(
+        [100 * results["metrics"][key] for key in header[1:]])
+    fair = CliRunner().invoke(sgeval_report.main, [str(path), "--tables", "main", "--protocol", "unique"],
+                              catch_exceptions=False).output
+    assert "| R@10 |" in fair and "semiR" not in fair  # another protocol: the usual R, mR
