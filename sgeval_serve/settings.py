@@ -141,15 +141,25 @@ def metric_family(key):
     return ("Rinf" if family in ("R", "mR") else None) if k == "inf" else family
 
 
-def _metrics(values, where, problems):
+def protocol_families(protocols):
+    """The metric families the named protocols compute of their own (ag: semiR, fmR, vR, ...)."""
+    return {family for name in protocols for family in sgeval.PROTOCOLS[name].table_families}
+
+
+def _metrics(values, protocols, where, problems):
     metrics = values.get("metrics", ["R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         problems.append(f"{where}: 'metrics' must be a list of result keys such as R@50, mR@50")
         return ("R@50",)
+    own = protocol_families(protocols)
     for key in metrics:
         family = metric_family(key)
-        if family not in (*sgeval.METRIC_FAMILIES, "oi"):
-            problems.append(f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
+        if family in (*sgeval.METRIC_FAMILIES, "oi") or family in own:
+            continue
+        owners = [name for name in sgeval.PROTOCOLS if family in protocol_families([name])]
+        problems.append(f"{where}: metric '{key}' is a key of the {' and '.join(owners)} protocol; add it to "
+                        f"'protocols'" if owners else
+                        f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
     return tuple(dict.fromkeys(metrics))
 
 
@@ -169,7 +179,7 @@ def _order_by(values, metrics, where, problems):
     return order_by
 
 
-def _evaluation(values, metrics, where, problems):
+def _evaluation(values, metrics, protocols, where, problems):
     extra = values.get("evaluation") or {}
     if not isinstance(extra, dict):
         problems.append(f"{where}: 'evaluation' must be a mapping of sgeval config keys")
@@ -177,7 +187,8 @@ def _evaluation(values, metrics, where, problems):
     problems += [f"{where}: evaluation key '{key}' is set by the service" for key in extra
                  if key in RESERVED_EVALUATION_KEYS]
     extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
-    families = {metric_family(key) for key in metrics} - {None, "oi"}  # oi's keys come with the protocol
+    # the oi protocol's keys and those of protocol_families come with their protocol
+    families = {metric_family(key) for key in metrics} - {None, "oi"} - protocol_families(protocols)
     if "metrics" not in extra:
         extra["metrics"] = sorted(families)
     return extra
@@ -193,7 +204,8 @@ def _benchmark(slug, values, base, source, problems):
     _unknown(values, BENCHMARK_KEYS, where, problems)
     if not isinstance(values.get("gt"), str):
         problems.append(f"{where}: 'gt' (the hidden ground truth's psg.json) is required")
-    metrics = _metrics(values, where, problems)
+    protocols = _protocols(values, where, problems)
+    metrics = _metrics(values, protocols, where, problems)
     m_type = [key for key in metrics if key.startswith(("mR@", "mNgR@"))]
     quota = values.get("quota") or {}
     if not isinstance(quota, dict):
@@ -211,11 +223,11 @@ def _benchmark(slug, values, base, source, problems):
         gt_seg=_path(base, _text(values, "gt_seg", None, where, problems)),
         train_gt=_path(base, _text(values, "train_gt", None, where, problems)),
         description=_text(values, "description", "", where, problems) or "",
-        protocols=_protocols(values, where, problems), metrics=metrics, order_by=_order_by(values, metrics, where, problems),
+        protocols=protocols, metrics=metrics, order_by=_order_by(values, metrics, where, problems),
         per_predicate_metric=_text(values, "per_predicate_metric", (m_type or ["mR@50"])[0], where, problems),
         quota_per_day=_integer(quota, "per_day", 5, 1, 10**6, f"{where}.quota", problems),
         quota_total=_integer(quota, "total", 100, 1, 10**9, f"{where}.quota", problems),
-        missing_images=missing, evaluation=_evaluation(values, metrics, where, problems))
+        missing_images=missing, evaluation=_evaluation(values, metrics, protocols, where, problems))
 
 
 def load_settings(path, **overrides):

@@ -63,8 +63,9 @@ def write_raw(out, seed, n_videos):
                           ("relationship_classes.txt", make_data.RELATIONSHIP_CLASSES)):
         (folder / "annotations" / name).write_text("".join(f"{c}\n" for c in classes))
     paths = {"anno_dir": folder / "annotations", "objects": folder / "object_bbox_and_relationship_filtersmall.pkl"}
-    for path, value in ((paths["anno_dir"] / "person_bbox.pkl", person),
-                        (paths["anno_dir"] / "object_bbox_and_relationship.pkl", objects), (paths["objects"], filtered)):
+    files = {paths["anno_dir"] / "person_bbox.pkl": person,
+             paths["anno_dir"] / "object_bbox_and_relationship.pkl": objects, paths["objects"]: filtered}
+    for path, value in files.items():
         path.write_bytes(pickle.dumps(value, protocol=4))
     return paths, person, filtered
 
@@ -76,7 +77,8 @@ def sigmoid32(values):
 def frame_scores(rng, objs, n_pairs):
     """Attention logits (n, 3) and spatial / contacting probabilities (n, 6), (n, 17), float32, with
     pair i's scores raised at the GT predicates of visible object i."""
-    att, spa, con = rng.normal(0, 1.5, (n_pairs, 3)), rng.normal(-1.5, 2, (n_pairs, 6)), rng.normal(-2, 2, (n_pairs, 17))
+    att, spa = rng.normal(0, 1.5, (n_pairs, 3)), rng.normal(-1.5, 2, (n_pairs, 6))
+    con = rng.normal(-2, 2, (n_pairs, 17))
     for pair, obj in enumerate(objs[:n_pairs]):
         for p in make_data.gt_predicates(obj):
             block, column = (att, p) if p < 3 else (spa, p - 3) if p < 9 else (con, p - 9)
