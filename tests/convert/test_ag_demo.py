@@ -17,6 +17,7 @@ from tests import reference_ag
 from tests.reference import reference_evaluate
 from tests.test_reference import assert_close
 from tests.test_vg_demo import reference_inputs
+from sgeval_convert import ag
 from sgeval_convert import recipe as convert_recipe
 from tools import make_ag_demo
 
@@ -95,3 +96,19 @@ def test_sgeval_report_prints_the_three_constraints_of_an_ag_headline(demo, tmp_
     fair = CliRunner().invoke(sgeval_report.main, [str(path), "--tables", "main", "--protocol", "unique"],
                               catch_exceptions=False).output
     assert "| R@10 |" in fair and "semiR" not in fair  # another protocol: the usual R, mR
+
+
+def test_a_test_loop_per_video_gives_the_converted_file_s_numbers(demo):
+    """docs/evaluator.md's recipe for STTran's test.py: per video image_arrays, then update per frame."""
+    paths, config, results = demo
+    evaluator = sgeval.Evaluator(config)
+    frames_of = {}
+    for image in evaluator.gt.images:  # the video's frames in order: the video part of image_id
+        frames_of.setdefault(image.image_id.split("/")[0], []).append(image)
+    preds = ag.load_predictions(paths["raw"])
+    for video, images in frames_of.items():
+        arrays = ag.image_arrays(preds[video], images, len(evaluator.gt.object_classes), task="sgdet",
+                                 attention="logits")
+        for image, frame in zip(images, arrays):
+            evaluator.update(image.image_id, **frame)
+    assert json.dumps(evaluator.compute()["by_protocol"]) == json.dumps(results["by_protocol"])
