@@ -26,13 +26,19 @@ FAMILIES = {"with": ("R", "mR", "fmR"), "semi": ("semiR", "mSemiR", "fmSemiR"), 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    paths = make_ag_demo.make_demo(tmp_path_factory.mktemp("ag"), seed=3, n_videos=12)
-    config = sgeval.load_config(ROOT / "configs" / "ag-demo.yaml", gt=str(paths["gt"]), pred=str(paths["pred"]))
-    return paths, config, sgeval.evaluate(config)
+    """The demo's files (12 test videos, 3 of them dropped for their length), configs/ag-demo.yaml
+    pointed at them, and its results."""
+    paths = make_ag_demo.make_demo(tmp_path_factory.mktemp("ag"), seed=6, n_videos=12)
+    files = {key: str(paths[key]) for key in ("gt", "pred")}
+    config = sgeval.load_config(ROOT / "configs" / "ag-demo.yaml", **files)
+    results = sgeval.evaluate(config)
+    return paths, config, results
 
 
 def test_the_ag_demo_runs_every_step(demo):
     paths, config, results = demo
+    loader = json.loads(paths["gt"].read_text())["info"]["loader_counts"]["test"]
+    assert loader == {"frames_without_person_box": 5, "videos_of_2_frames": 3}  # STTran's rules at work
     assert results["config"]["protocol"] == "ag" and results["images"]["missing_predictions"] == 0
     assert results["images"]["evaluated"] > 30
     assert set(results["by_protocol"]) == {"ag", "unique", "singlempo", "multimpo"}
