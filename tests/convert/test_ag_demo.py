@@ -2,7 +2,9 @@
 sgeval_convert.ag.convert_gt (the filtered object file, training frames kept), the simulated
 model's {video: pred} torch file -> sgeval_convert.ag.convert -> sgeval with configs/ag-demo.yaml;
 STTran's numbers (with / semi / no constraint, TEMPURA's and DSG-DETR's mean recalls) against
-tests/reference_ag.py, the fair protocols (zR, IMR included) against tests/reference.py."""
+tests/reference_ag.py, the fair protocols (zR, IMR included) against tests/reference.py; the ag
+recipe, sgeval report's columns of an ag headline, a per-video test loop, and the demo table of
+docs/action-genome.md."""
 
 import csv
 import io
@@ -118,3 +120,29 @@ def test_a_test_loop_per_video_gives_the_converted_file_s_numbers(demo):
         for image, frame in zip(images, arrays):
             evaluator.update(image.image_id, **frame)
     assert json.dumps(evaluator.compute()["by_protocol"]) == json.dumps(results["by_protocol"])
+
+
+GUIDE_ROWS = {  # docs/action-genome.md's demo table: row label -> the keys of its cells
+    "R@10 / 20 / 50 (with constraint)": ("R@10", "R@20", "R@50"),
+    "semiR@10 / 20 / 50": ("semiR@10", "semiR@20", "semiR@50"),
+    "ngR@10 / 20 / 50 (no constraint)": ("ngR@10", "ngR@20", "ngR@50"),
+    "mR@20 / 50 (`ag`: TEMPURA's)": ("mR@20", "mR@50"), "fmR@20 / 50 (DSG-DETR's)": ("fmR@20", "fmR@50"),
+    "mNgR@50": ("mNgR@50",), "vR@20 / 50 (video means)": ("vR@20", "vR@50"),
+    "zR@50 / ngzR@50": ("zR@50", "ngzR@50"), "IMR@10 / wIMR@10": ("IMR@10", "wIMR@10")}
+
+
+def test_the_guide_s_demo_table_is_make_demo_ag_s(tmp_path):
+    paths = make_ag_demo.make_demo(tmp_path)  # make demo-ag's defaults
+    config = sgeval.load_config(ROOT / "configs" / "ag-demo.yaml", gt=str(paths["gt"]), pred=str(paths["pred"]))
+    by_protocol = sgeval.evaluate(config)["by_protocol"]
+    table = "| demo-ag" + (ROOT / "docs" / "action-genome.md").read_text().split("| demo-ag", 1)[1].split("\n\n")[0]
+    header, _, *lines = [line.strip("|").split("|") for line in table.splitlines()]
+    protocols = [cell.strip(" `").split("`")[0] for cell in header[1:]]  # `ag` (STTran) -> ag
+    assert protocols == ["ag", "unique", "singlempo", "multimpo"]
+    rows = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in lines}
+    assert set(rows) == set(GUIDE_ROWS)
+    for label, keys in GUIDE_ROWS.items():
+        for protocol, cell in zip(protocols, rows[label]):
+            expected = [by_protocol[protocol]["metrics"].get(key) for key in keys]
+            shown = " / ".join(f"{100 * value:.1f}" for value in expected) if None not in expected else ""
+            assert cell == shown, (label, protocol)
