@@ -12,6 +12,9 @@
 #   make demo-oi            the Open Images path on generated PySGG-layout files (demo/oi): the converters
 #                           openimages-gt and openimages, then configs/oiv6-demo.yaml (protocol oi beside sgb and
 #                           the fair protocols)
+#   make demo-ag            the Action Genome path on generated AG-layout files (demo/ag): the converters ag-gt
+#                           and ag (SGDet, attention logits), then configs/ag-demo.yaml (protocol ag: STTran's with /
+#                           semi / no constraint, both mean recalls, beside the fair protocols and IMR)
 #   make test               run the test suite (with the service's browser tests in headless chromium)
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
 #                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
@@ -66,7 +69,7 @@ TORCH_CPU := 2.13.0+cpu
 DEMO := demo/data
 DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
-.PHONY: setup browser serve demo demo-data demo-vg demo-oi figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-pq check-ag clean distclean
+.PHONY: setup browser serve demo demo-data demo-vg demo-oi demo-ag figures test eval bench bench-convert bench-serve bench-serve-hostile fuzz check-openpsg check-sgb check-oi check-pq check-ag clean distclean
 
 setup: $(STAMP) browser
 
@@ -134,6 +137,10 @@ demo-vg: $(STAMP)
 demo-oi: $(STAMP)
 	rm -rf demo/oi && $(PY) -m tools.make_oi_demo --out demo/oi
 	$(PY) sgeval.py --config configs/oiv6-demo.yaml
+
+demo-ag: $(STAMP)
+	rm -rf demo/ag && $(PY) -m tools.make_ag_demo --out demo/ag
+	$(PY) sgeval.py --config configs/ag-demo.yaml
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q tests
@@ -234,7 +241,7 @@ check-ag: $(STAMP)
 	  tools/ag_check/run.sh
 
 clean:
-	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
+	rm -rf $(DEMO) serve-state demo/vg demo/oi demo/ag demo/results.json demo/results-b.json demo/report.md demo/plots .pytest_cache
 	find . -path ./$(VENV) -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -exec rm -f {} +
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 

@@ -9,10 +9,11 @@ The config is a plain sgeval config: ``pred`` is the converted file, ``gt`` the 
 with ``sgeval.load_config``, so ``--gt`` and ``--pred`` override them as they do for sgeval). How to
 make ``pred`` is the config's conversion recipe, a YAML file of its own: by default
 ``convert/<config name>.yaml`` in the config's folder (configs/hilo.yaml -> configs/convert/hilo.yaml),
-or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet, sgb, openimages) and the
-``raw`` output, plus any option of that family's ``convert`` function (``ng_top``,
+or ``--recipe``. A recipe names the ``family`` (openpsg, hilo, pairnet, sgb, openimages, ag) and
+the ``raw`` output, plus any option of that family's ``convert`` function (``ng_top``,
 ``ng_per_predicate``; openpsg, hilo and pairnet ``predicate_source``; openpsg also ``layout``; sgb
-and openimages ``task``; openimages has no other)::
+and openimages ``task``; openimages has no other; ag ``task`` and ``attention``, both required: an
+option without a default must be named)::
 
     family: hilo
     raw: results/hilo.pkl
@@ -38,7 +39,7 @@ import yaml
 import sgeval
 from . import common
 
-FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages")  # the modules of this package a recipe can name
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag")  # the modules of this package a recipe can name
 NOT_OPTIONS = ("raw", "out", "gt", "progress", "workers")  # convert() parameters that do not change the output
 RECIPES = "convert"  # the folder, beside a config, that holds the conversion recipes
 
@@ -110,6 +111,10 @@ def plan(config_path, raw=None, gt=None, pred=None, recipe=None):
     if unknown:
         raise common.ConvertError([f"{recipe}: unknown key '{key}'; valid keys: family, raw, "
                                    f"{', '.join(parameters)}" for key in unknown])
+    required = [name for name, default in parameters.items() if default is None and name not in values]
+    if required:
+        raise common.ConvertError([f"{recipe}: '{name}' is required for family {family} (it has no default)"
+                                   for name in required])
     return Plan(str(recipe), family, convert, str(raw), config.gt, config.pred, {**parameters, **values})
 
 
@@ -150,5 +155,6 @@ def prepare(config_path, raw=None, gt=None, pred=None, force=False, progress=Non
     reason = "--force" if force else stale_reason(found.pred, found.raw, found.gt, found.family, found.options)
     if reason is None:
         return f"{found.pred} is up to date (converted from {found.raw})", None
-    summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, workers=workers, **found.options)
+    parallel = {"workers": workers} if "workers" in inspect.signature(found.convert).parameters else {}
+    summary = found.convert(found.raw, found.pred, gt=found.gt, progress=progress, **parallel, **found.options)
     return f"converting {found.raw} -> {found.pred} ({reason})", summary

@@ -156,15 +156,25 @@ def metric_family(key):
     return ("Rinf" if family in ("R", "mR") else None) if k == "inf" else family
 
 
-def _metrics(values, where, problems):
+def protocol_families(protocols):
+    """The metric families the named protocols compute of their own (ag: semiR, fmR, vR, ...)."""
+    return {family for name in protocols for family in sgeval.PROTOCOLS[name].table_families}
+
+
+def _metrics(values, protocols, where, problems):
     metrics = values.get("metrics", ["R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         problems.append(f"{where}: 'metrics' must be a list of result keys such as R@50, mR@50")
         return ("R@50",)
+    own = protocol_families(protocols)
     for key in metrics:
         family = metric_family(key)
-        if family not in (*sgeval.METRIC_FAMILIES, "oi", "pq"):
-            problems.append(f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
+        if family in (*sgeval.METRIC_FAMILIES, "oi", "pq") or family in own:
+            continue
+        owners = [name for name in sgeval.PROTOCOLS if family in protocol_families([name])]
+        problems.append(f"{where}: metric '{key}' is a key of the {' and '.join(owners)} protocol; add it to "
+                        f"'protocols'" if owners else
+                        f"{where}: metric '{key}' is not a result key of sgeval (R@50, mR@100, PRank, ...)")
     return tuple(dict.fromkeys(metrics))
 
 
@@ -184,7 +194,7 @@ def _order_by(values, metrics, where, problems):
     return order_by
 
 
-def _evaluation(values, metrics, where, problems):
+def _evaluation(values, metrics, protocols, where, problems):
     """The benchmark's further sgeval config keys: its metric families (unless given), and pq on
     when a PQ key is shown."""
     extra = values.get("evaluation") or {}
@@ -194,7 +204,8 @@ def _evaluation(values, metrics, where, problems):
     problems += [f"{where}: evaluation key '{key}' is set by the service" for key in extra
                  if key in RESERVED_EVALUATION_KEYS]
     extra = {key: value for key, value in extra.items() if key not in RESERVED_EVALUATION_KEYS}
-    families = {metric_family(key) for key in metrics} - {None, "oi", "pq"}  # oi's keys come with the protocol
+    # the oi protocol's keys, those of protocol_families and pq's come with their protocol or measure
+    families = {metric_family(key) for key in metrics} - {None, "oi", "pq"} - protocol_families(protocols)
     if "metrics" not in extra:
         extra["metrics"] = sorted(families)
     shown = [key for key in metrics if metric_family(key) == "pq"]
@@ -219,7 +230,8 @@ def _benchmark(slug, values, base, source, problems):
     _unknown(values, BENCHMARK_KEYS, where, problems)
     if not isinstance(values.get("gt"), str):
         problems.append(f"{where}: 'gt' (the hidden ground truth's psg.json) is required")
-    metrics = _metrics(values, where, problems)
+    protocols = _protocols(values, where, problems)
+    metrics = _metrics(values, protocols, where, problems)
     if metrics and all(metric_family(key) == "pq" for key in metrics):
         problems.append(f"{where}: 'metrics' must name a metric of the protocols too (R@50, mR@50, ...), not only "
                         f"panoptic quality")
@@ -240,11 +252,11 @@ def _benchmark(slug, values, base, source, problems):
         gt_seg=_path(base, _text(values, "gt_seg", None, where, problems)),
         train_gt=_path(base, _text(values, "train_gt", None, where, problems)),
         description=_text(values, "description", "", where, problems) or "",
-        protocols=_protocols(values, where, problems), metrics=metrics, order_by=_order_by(values, metrics, where, problems),
+        protocols=protocols, metrics=metrics, order_by=_order_by(values, metrics, where, problems),
         per_predicate_metric=_text(values, "per_predicate_metric", (m_type or ["mR@50"])[0], where, problems),
         quota_per_day=_integer(quota, "per_day", 5, 1, 10**6, f"{where}.quota", problems),
         quota_total=_integer(quota, "total", 100, 1, 10**9, f"{where}.quota", problems),
-        missing_images=missing, evaluation=_evaluation(values, metrics, where, problems))
+        missing_images=missing, evaluation=_evaluation(values, metrics, protocols, where, problems))
 
 
 def load_settings(path, **overrides):

@@ -960,8 +960,8 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
         return error.value.problems
 
     assert problem("family: hola\nraw: x.pkl\n") == [
-        f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, not 'hola'"]
-    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, not None"]
+        f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, ag, not 'hola'"]
+    assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, ag, not None"]
     assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
     assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
         f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
@@ -988,18 +988,19 @@ def test_repository_configs_are_sgeval_configs_with_valid_recipes(config):
     recipe = ROOT / "configs" / "convert" / config.name
     found = convert_recipe.plan(str(config))
     if not recipe.exists():
-        assert config.stem in ("demo", "psg", "vg150", "gqa200", "vg150-demo", "oiv6", "oiv6-demo") and found is None
+        assert config.stem in ("demo", "psg", "vg150", "gqa200", "vg150-demo", "oiv6", "oiv6-demo",
+                               "ag-demo") and found is None
         return
     values = yaml.safe_load(recipe.read_text())
-    assert set(values) - {"task"} == {"family", "raw"} and (found.family, found.raw) == (values["family"], values["raw"])
+    assert set(values) - {"task", "attention"} == {"family", "raw"} and (found.family, found.raw) == (values["family"], values["raw"])
     assert found.recipe == str(recipe) and found.pred == sgeval.load_config(config).pred
     assert found.pred == f"results/{config.stem}.zip" and found.raw.startswith(f"results/{config.stem}")
 
 
 def test_every_recipe_belongs_to_a_config():
     recipes = sorted(path.stem for path in (ROOT / "configs" / "convert").glob("*.yaml"))
-    assert recipes == ["gpsnet", "hilo", "imp", "motifs", "oiv6-bgnn-predcls", "pairnet", "psgformer", "psgtr",
-                       "vctree", "vg150-motifs-predcls"]
+    assert recipes == ["ag-predcls", "ag-sgcls", "ag-sgdet", "gpsnet", "hilo", "imp", "motifs", "oiv6-bgnn-predcls",
+                       "pairnet", "psgformer", "psgtr", "vctree", "vg150-motifs-predcls"]
     assert all((ROOT / "configs" / f"{name}.yaml").exists() for name in recipes)
 
 

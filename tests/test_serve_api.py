@@ -402,9 +402,9 @@ def test_service_config_problems_are_listed(tmp_path):
     assert error.value.problems == [
         f"{path}: unknown key 'workerz' (valid: {', '.join(SERVER_KEYS)})",
         f"{path}: benchmarks.Bad_Name: a benchmark's name must be lower-case letters, digits and '-' (URL-safe)",
+        f"{path}: benchmarks.Bad_Name: 'protocols' must be a list of unique, singlempo, multimpo, openpsg, sgb, oi, "
+        "ag (headline first)",
         f"{path}: benchmarks.Bad_Name: metric 'Q@5' is not a result key of sgeval (R@50, mR@100, PRank, ...)",
-        f"{path}: benchmarks.Bad_Name: 'protocols' must be a list of unique, singlempo, multimpo, openpsg, sgb, oi "
-        "(headline first)",
         f"{path}: benchmarks.Bad_Name: 'order_by' must be one of the metrics (R@50, Q@5), not 'mR@50'",
         f"{path}: benchmarks.Bad_Name: evaluation key 'pred' is set by the service",
         f"{path}: 'port' must be a whole number from 0 to 65535, not 99999"]

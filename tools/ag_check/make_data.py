@@ -35,7 +35,6 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import torch
 
 # AG's annotations/object_classes.txt and relationship_classes.txt as AG ships them
 OBJECT_CLASSES = ("person bag bed blanket book box broom chair closetcabinet clothes cupglassbottle dish door "
@@ -297,6 +296,7 @@ def tie_free(att_logits, spa, con, obj_pair):
 
 def distributions(rng, gt_rows, n_pairs, obj_pair):
     """attention logits (n, 3), spatial and contacting probabilities (sigmoid, float32), tie-free."""
+    import torch  # the predictions only: the annotations are made without torch (tools/make_ag_demo.py)
     for _ in range(1000):
         att = rng.normal(0, 1.5, (n_pairs, 3))
         spa = rng.normal(-1.5, 2.0, (n_pairs, 6))
@@ -317,6 +317,7 @@ def distributions(rng, gt_rows, n_pairs, obj_pair):
 
 def video_prediction(rng, task, keys, person, objects, cases):
     """STTran's pred dict of one video (object_detector.py + sttran.py output fields)."""
+    import torch
     boxes, labels, pred_labels, scores, pred_scores, pairs, im_idx = [], [], [], [], [], [], []
     att, spa, con = [], [], []
     for f, key in enumerate(keys):
@@ -366,6 +367,7 @@ def gt_predicates(o):
 
 def generate(seed, out):
     """Write the data and predictions of one seed into out; returns the case counts."""
+    import torch
     out = Path(out)
     rng = np.random.RandomState(seed)
     torch.manual_seed(seed)
