@@ -7,7 +7,7 @@ For each fixture, make_raw.generate writes the GT and raw results (build/data/<n
 special case of make_raw.CASES present), oracle.score gives OpenPSG's numbers in pan_seg and bbox
 mode, and two altered OpenPSG evaluators must change them (MUTANTS: the data decide the float32
 box IoU and the >= 0.5 mask IoU rules). The zip holds psg.json, panoptic/, raw/, raw_summary.json
-and openpsg_<method>.json trimmed to what tests/test_openpsg_oracle.py compares; its bytes depend
+and openpsg_<method>.json trimmed to what tests/oracles/test_openpsg_oracle.py compares; its bytes depend
 only on the contents (tools/oracle_files.write_zip).
 """
 

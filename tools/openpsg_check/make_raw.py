@@ -5,7 +5,7 @@
 
 DIR/psg.json and DIR/panoptic/ (tools/synth.py of the sgeval repo: 80 things, 53 stuff, 56
 predicates), DIR/raw/0.npz ... N-1.npz (one Result per evaluated GT image, in psg.json order; the
-layouts of sgeval's tests/test_convert.py, so sgeval's converters read them too) and
+layouts of sgeval's tests/convert/test_convert.py, so sgeval's converters read them too) and
 DIR/raw_summary.json (how many of each special case were written; every case of CASES must be
 there, or it exits with an error). The files' bytes depend only on the arguments (fixed zip times).
 

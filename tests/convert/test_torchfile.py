@@ -389,7 +389,7 @@ def test_a_lazy_tensor_of_a_changed_file_is_a_clear_error(tmp_path):
 
 
 def test_random_mutations_are_values_or_clear_errors(tmp_path):
-    """Byte flips, deletions and insertions (tests/test_fuzz.py runs the long campaign)."""
+    """Byte flips, deletions and insertions (tests/core/test_fuzz.py runs the long campaign)."""
     rng = random.Random(1)
     outcomes = {"value": 0, "error": 0}
     for name in ("eval_results.zip.pytorch", "eval_results.legacy.pytorch", "views.zip.pytorch"):
