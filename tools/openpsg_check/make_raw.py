@@ -159,9 +159,9 @@ def count_gt_image(im):
 # ----------------------------------------------------------------------------- predicted instances
 
 def noisy_mask(rng, mask):
-    out = synth._shift(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
+    out = synth.shifted(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
     r = rng.random()
-    out = synth._erode(out) if r < 0.15 else synth._dilate(out) if r < 0.3 else out
+    out = synth.eroded(out) if r < 0.15 else synth.dilated(out) if r < 0.3 else out
     return out if out.any() else mask.copy()
 
 
@@ -202,7 +202,7 @@ def double_instance(rng, im, a, b):
 
 def junk_instance(rng, im):
     h, w = im["masks"][0].shape
-    mask = synth._random_shape(rng, h, w, 0.05, 0.3)
+    mask = synth.random_shape(rng, h, w, 0.05, 0.3)
     return mask, jittered_box(rng, mask), int(rng.integers(N_THINGS + N_STUFF)), np.float32(rng.uniform(0.05, 0.6))
 
 
