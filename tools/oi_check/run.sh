@@ -7,7 +7,5 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-"$HERE/setup.sh"
-cd "$ROOT"
-"$HERE/build/venv/bin/python" -m tools.oi_check.make_fixtures --out tests/data/oi
-"${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q -p no:cacheprovider tests/oracles/test_oi_oracle.py
+. "$ROOT/tools/oracle_common.sh"
+run_check oi tests/oracles/test_oi_oracle.py -p no:cacheprovider

@@ -40,7 +40,7 @@ import torch
 
 from tools import synth
 from tools.openpsg_check import openpsg_env
-from tools.oracle_files import write_zip
+from tools.oracle_common import write_zip
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
 KS = (20, 50, 100)

@@ -7,7 +7,5 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-"$HERE/setup.sh"
-cd "$ROOT"
-"$HERE/build/venv/bin/python" -m tools.openpsg_check.make_fixtures --out tests/data/openpsg
-"${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q tests/oracles/test_openpsg_oracle.py
+. "$ROOT/tools/oracle_common.sh"
+run_check openpsg tests/oracles/test_openpsg_oracle.py

@@ -7,7 +7,5 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-"$HERE/setup.sh"
-cd "$ROOT"
-"$HERE/build/venv/bin/python" -m tools.sgb_check.make_fixtures --out tests/data/sgb
-"${SGEVAL_PYTHON:-.venv/bin/python}" -m pytest -q -p no:cacheprovider tests/oracles/test_sgb_oracle.py
+. "$ROOT/tools/oracle_common.sh"
+run_check sgb tests/oracles/test_sgb_oracle.py -p no:cacheprovider
