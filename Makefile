@@ -73,7 +73,7 @@ DEMO_SOURCES := tools/synth.py tools/make_demo.py
 
 setup: $(STAMP) browser
 
-# The browser tests (tests/test_serve_browser.py) drive Debian's chromium through its chromedriver:
+# The browser tests (tests/serve/test_serve_browser.py) drive Debian's chromium through its chromedriver:
 # installed with apt where missing (as root, or with sudo).
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
@@ -91,12 +91,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON_BOOT)"; $(PYTHON_BOOT) -m venv $(VENV); fi
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
-# Test-only: tests/test_sgbench.py checks sgeval against SGBench 1.0 (sgeval.py never imports it).
+# Test-only: tests/oracles/test_sgbench.py checks sgeval against SGBench 1.0 (sgeval.py never imports it).
 # --no-deps: sgbench 1.0.0 declares numpy<2, but its code runs on the pinned numpy 2.x above.
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps sgbench==1.0.0
-# Test-only: tests/test_evaluator_distributed.py runs Evaluator.sync in real torch.distributed (gloo) ranks. torch's
-# CPU build is installed only where pip finds its wheel on the machine (find-links): the index would serve a CUDA
-# build of several GB. Elsewhere that test is skipped (tests/test_evaluator.py checks sync with a stand-in).
+# Test-only: tests/core/test_evaluator_distributed.py runs Evaluator.sync in real torch.distributed (gloo) ranks.
+# torch's CPU build is installed only where pip finds its wheel on the machine (find-links): the index would serve a
+# CUDA build of several GB. Elsewhere that test is skipped (tests/core/test_evaluator.py checks sync with a stand-in).
 	@if $(PY) -m pip install -q --dry-run --no-index --no-deps 'torch==$(TORCH_CPU)' >/dev/null 2>&1; then \
 	  echo "installing torch $(TORCH_CPU) (the CPU build on this machine) for the distributed test"; \
 	  $(PY) -m pip install --disable-pip-version-check -q 'torch==$(TORCH_CPU)'; fi
@@ -118,7 +118,7 @@ demo: demo-data
 	  --plots demo/plots --plot-formats png,pdf
 	@echo "report: demo/report.md; figures: demo/plots/"
 
-# The README's table (between its demo-table markers; tests/test_report.py checks it) and figure
+# The README's table (between its demo-table markers; tests/core/test_report.py checks it) and figure
 # (docs/protocols.png), from the demo's two models.
 figures: demo
 	$(PY) -m tools.make_figures
@@ -191,7 +191,7 @@ bench-serve-hostile: $(STAMP)
 	$(PY) -m bench.serve_hostile --seconds $(ATTACK_S)
 
 # OpenPSG's own evaluator as the oracle of the openpsg protocol (tools/openpsg_check/): its own venv, mmdet's
-# and OpenPSG's sources in tools/openpsg_check/build/; regenerates the fixtures of tests/test_openpsg_oracle.py.
+# and OpenPSG's sources in tools/openpsg_check/build/; regenerates the fixtures of tests/oracles/test_openpsg_oracle.py.
 check-openpsg: $(STAMP)
 	@if [ -z "$(OPENPSG)" ]; then \
 	  echo "usage: make check-openpsg OPENPSG=<path>   (an OpenPSG git checkout or mirror holding commit" \
@@ -200,7 +200,7 @@ check-openpsg: $(STAMP)
 	OPENPSG="$(OPENPSG)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/openpsg_check/run.sh
 
 # Scene-Graph-Benchmark's own evaluator as the oracle of the sgb protocol (tools/sgb_check/): its own venv and
-# SGB's sources in tools/sgb_check/build/; regenerates the fixtures of tests/test_sgb_oracle.py.
+# SGB's sources in tools/sgb_check/build/; regenerates the fixtures of tests/oracles/test_sgb_oracle.py.
 check-sgb: $(STAMP)
 	@if [ -z "$(SGB)" ]; then \
 	  echo "usage: make check-sgb SGB=<path>   (a Scene-Graph-Benchmark.pytorch git checkout or mirror holding commit" \
@@ -209,7 +209,7 @@ check-sgb: $(STAMP)
 	SGB="$(SGB)" PYTHON="$(PYTHON_BOOT)" SGEVAL_PYTHON=$(PY) tools/sgb_check/run.sh
 
 # PySGG's own Open Images evaluation as the oracle of the oi protocol (tools/oi_check/): its own venv and
-# PySGG's sources in tools/oi_check/build/; regenerates the fixtures of tests/test_oi_oracle.py.
+# PySGG's sources in tools/oi_check/build/; regenerates the fixtures of tests/oracles/test_oi_oracle.py.
 check-oi: $(STAMP)
 	@if [ -z "$(PYSGG)" ]; then \
 	  echo "usage: make check-oi PYSGG=<path>   (a PySGG git checkout or mirror holding commit" \

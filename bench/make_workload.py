@@ -255,9 +255,9 @@ def noisy_copy(rng, label, g, box, quality):
     margin = max(abs(dy), abs(dx)) + steps + 1
     cy0, cx0 = max(0, y0 - margin), max(0, x0 - margin)
     original = label[cy0:min(height, y1 + margin), cx0:min(width, x1 + margin)] == g + 1
-    crop = synth._shift(original, dy, dx)
+    crop = synth.shifted(original, dy, dx)
     for _ in range(steps):
-        crop = synth._erode(crop) if erode else synth._dilate(crop)
+        crop = synth.eroded(crop) if erode else synth.dilated(crop)
     return cy0, cx0, crop if crop.any() else original
 
 
@@ -330,9 +330,9 @@ def near_duplicate(rng, label, g, boxes, kind, neighbour=None):
         else:
             keep[start + stop - cut:] = True
         crop = crop & (keep[:, None] if axis == 0 else keep[None, :])
-    crop = synth._shift(crop, dy, dx)
+    crop = synth.shifted(crop, dy, dx)
     for _ in range(steps):
-        crop = synth._erode(crop) if erode else synth._dilate(crop)
+        crop = synth.eroded(crop) if erode else synth.dilated(crop)
     return cy0, cx0, crop if crop.any() else original
 
 

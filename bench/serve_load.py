@@ -18,7 +18,7 @@ view polled every 0.2 s). Checked: every upload got 201 and an id, the ids are d
 view lists exactly those submissions, every evaluation is done, every read got 200, and the public
 leaderboard lists each submission once.
 
-tests/test_serve_load.py runs the same load at 20 uploads and 200 reads with these helpers, and
+tests/serve/test_serve_load.py runs the same load at 20 uploads and 200 reads with these helpers, and
 uses them to restart the server in the middle of an evaluation (``Server``, ``slow_prediction``).
 Results go to bench/results/serve-load.json. Run from the repository root.
 """

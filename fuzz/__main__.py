@@ -1,7 +1,7 @@
 """``make fuzz``: a campaign of generated bad inputs against every reader of sgeval and the
 converters, each case run in a worker process (fuzz/worker.py) with an address-space limit and a
 timeout. Prints the tallies per reader and outcome; saves every case whose outcome is not
-``error`` or ``accepted`` to fuzz/corpus/ (tests/test_fuzz.py replays them).
+``error`` or ``accepted`` to fuzz/corpus/ (tests/core/test_fuzz.py replays them).
 
     python -m fuzz --seconds 600                # the campaign (make fuzz FUZZ_S=600)
     python -m fuzz --seconds 60 --readers tiff,png

@@ -90,7 +90,8 @@ def _target(case, sgeval, common):
             raise outcome.exception
         return outcome.output
     if reader in ("pickle", "crafted_pickle"):  # as a conversion reads it: streamed, arrays left in the file
-        common.LAZY_BYTES = 64  # (the base pickle's arrays are small) and read by load_source
+        from sgeval_convert import unpickler
+        unpickler.LAZY_BYTES = 64  # (the base pickle's arrays are small) and read by load_source
         return [common.load_source(source, f"result {index}")
                 for index, source in enumerate(common.open_raw("raw.pkl").sources)]
     if reader == "torchfile":  # as sgeval_convert/sgb.py reads it: lazily, then every tensor; and eagerly
@@ -98,7 +99,7 @@ def _target(case, sgeval, common):
         return (torchfile.read_lazy(torchfile.load("raw.pytorch", lazy=True), "raw.pytorch"),
                 torchfile.load("raw.pytorch"))
     if reader == "npz":
-        result = common._load_npz("raw.npz")
+        result = common.load_npz("raw.npz")
         for name in result.fields:
             common.field(result, name, "raw.npz", required=False)
         return result

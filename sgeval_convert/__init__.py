@@ -27,9 +27,9 @@ or a ``BoxList``, numpy arrays or torch tensors) into the keyword arguments of
 ``pred`` and its frames' images and returns one dict per frame; ``image`` is
 the sgeval.GTImage of the output, found by position as the file converters find it.)
 
-The shared rules and the restricted unpickler live in ``common.py``, the command line in
-``cli.py``, the conversion recipes of ``--config`` in ``recipe.py``; ``README.md`` beside them
-lists what each converter decided and has complete test-loop examples for OpenPSG and
+The shared rules live in ``common.py``, the restricted unpickler in ``unpickler.py``, the command
+line in ``cli.py``, the conversion recipes of ``--config`` in ``recipe.py``; ``README.md`` beside
+them lists what each converter decided and has complete test-loop examples for OpenPSG and
 Scene-Graph-Benchmark / PySGG.
 """
 

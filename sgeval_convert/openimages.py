@@ -269,16 +269,16 @@ def _relation_rows(prediction, n_boxes, n_predicates, where):
         if "rel_pair_idxs" not in (prediction.get("extra_fields") or {}):
             raise ConvertError([f"{where}: prediction has no field 'rel_pair_idxs'"])
         return np.zeros((0, 2), np.int64), None
-    pairs = sgb._array(prediction, "rel_pair_idxs", where, label, "biu")
+    pairs = sgb.field_array(prediction, "rel_pair_idxs", where, label, "biu")
     if pairs.size == 0:
         scores = common.as_numpy(prediction.extra_field("pred_rel_scores"))
         if scores is not None and np.asarray(scores).size:
             raise ConvertError([f"{where}: prediction field 'pred_rel_scores' holds scores, but 'rel_pair_idxs' "
                                 f"no rows"])
         return np.zeros((0, 2), np.int64), None
-    pairs = sgb._shaped(pairs, (None, 2), "rel_pair_idxs", where, label).astype(np.int64)
-    common._out_of_range(pairs, 0, n_boxes - 1, f"{label}.rel_pair_idxs", where, f"only {n_boxes} boxes exist")
-    rel_scores = sgb._finite(prediction, "pred_rel_scores", (len(pairs), n_predicates + 1), where, label)
+    pairs = sgb.shaped_field(pairs, (None, 2), "rel_pair_idxs", where, label).astype(np.int64)
+    common.out_of_range(pairs, 0, n_boxes - 1, f"{label}.rel_pair_idxs", where, f"only {n_boxes} boxes exist")
+    rel_scores = sgb.finite_field(prediction, "pred_rel_scores", (len(pairs), n_predicates + 1), where, label)
     return pairs, rel_scores
 
 
@@ -307,11 +307,11 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
     if groundtruth is not None:
         sgb.check_groundtruth(groundtruth, image, where, n_objects, n_predicates)
     label = "prediction"
-    boxes, resized = sgb._boxes(prediction, image, where, label)
+    boxes, resized = sgb.boxes_in_gt_size(prediction, image, where, label)
     count = len(boxes)
-    labels = sgb._integers(prediction, "pred_labels", (count,), 1, n_objects, where, label,
+    labels = sgb.integer_field(prediction, "pred_labels", (count,), 1, n_objects, where, label,
                            f"pred_labels are 1-based object classes 1..{n_objects}")
-    scores = sgb._finite(prediction, "pred_scores", (count,), where, label)
+    scores = sgb.finite_field(prediction, "pred_scores", (count,), where, label)
     pairs, rel_scores = _relation_rows(prediction, count, n_predicates, where)
     predicates = rel_scores[:, 1:].argmax(axis=1) if len(pairs) else np.zeros(0, np.int64)  # sgg_eval.py:147
     oi_rows, oi_scores = oi_ranking(pairs, rel_scores, scores)
@@ -327,7 +327,7 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
                                  "self_pairs": int(np.count_nonzero(pairs[:, 0] == pairs[:, 1])),
                                  "task_fields_differ": int(sgb.guess_task(prediction) != task),
                                  "box_count_differs": int(task != "sgdet" and count != len(image.categories))})
-    notes.update(sgb._rel_labels_notes(prediction, predicates))
+    notes.update(sgb.rel_labels_notes(prediction, predicates))
     return arrays, (oi_rows, oi_scores), notes
 
 
@@ -337,7 +337,7 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
     the same code; box mode).
 
     prediction: the BoxList the model returns for the image (tensors on any device; its boxes are
-    resized to the GT image as oi_evaluation resizes them), or a common.BoxList; image: the
+    resized to the GT image as oi_evaluation resizes them), or an unpickler.BoxList; image: the
     sgeval.GTImage it belongs to; n_objects, n_predicates: ``len(gt.object_classes)``,
     ``len(gt.predicate_classes)``; task: predcls | sgcls | sgdet or auto (recorded only: the
     lists are the same in every mode); groundtruth: optionally the evaluator's GT BoxList,

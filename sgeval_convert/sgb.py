@@ -58,7 +58,7 @@ import collections
 import click
 import numpy as np
 
-from . import common, torchfile
+from . import common, torchfile, unpickler
 
 FAMILY = "sgb"
 TASKS = ("auto", "predcls", "sgcls", "sgdet")
@@ -73,7 +73,7 @@ BOX_TOLERANCE = 1.0  # pixels: groundtruths boxes against the GT JSON's
 def _boxlists(value, key, path):
     """value[key] as a list of BoxList, else ConvertError."""
     items = value.get(key)
-    if not isinstance(items, list) or not all(isinstance(item, common.BoxList) for item in items):
+    if not isinstance(items, list) or not all(isinstance(item, unpickler.BoxList) for item in items):
         kinds = sorted({type(item).__name__ for item in items}) if isinstance(items, list) else [type(items).__name__]
         raise common.ConvertError([f"{path}: '{key}' must be a list of BoxList (Scene-Graph-Benchmark's "
                                    f"eval_results.pytorch), not {', '.join(kinds) or 'empty'}"])
@@ -99,7 +99,7 @@ def open_results(path):
         for index, prediction in enumerate(predictions):
             groundtruth = None if groundtruths is None else groundtruths[index]
             done[0] += _lazy_bytes(prediction) + (0 if groundtruth is None else _lazy_bytes(groundtruth))
-            yield common.RawResult(prediction=prediction, groundtruth=groundtruth)
+            yield unpickler.RawResult(prediction=prediction, groundtruth=groundtruth)
 
     return common.RawInput(len(predictions), sources(), lambda: done[0]), predictions
 
@@ -126,18 +126,18 @@ def guess_task(prediction):
 
 
 def as_boxlist(value, where, label):
-    """A BoxList as the converter reads it: common.BoxList as it is; a BoxList object of
+    """A BoxList as the converter reads it: unpickler.BoxList as it is; a BoxList object of
     Scene-Graph-Benchmark or PySGG (``bbox``, ``size``, ``mode`` and ``extra_fields`` as
-    attributes, tensors on any device) as a common.BoxList of its attributes."""
-    if isinstance(value, common.BoxList):
+    attributes, tensors on any device) as an unpickler.BoxList of its attributes."""
+    if isinstance(value, unpickler.BoxList):
         return value
     fields = getattr(value, "__dict__", None)
     if not isinstance(fields, dict) or "bbox" not in fields:
         raise common.ConvertError([f"{where}: {label} is a {type(value).__name__}, not a BoxList"])
-    return common.BoxList(fields)
+    return unpickler.BoxList(fields)
 
 
-def _array(boxlist, name, where, label, kinds="biuf"):
+def field_array(boxlist, name, where, label, kinds="biuf"):
     """A BoxList field (``bbox`` or an extra field) as a numpy array of one of the kinds (a torch
     tensor is read with common.as_numpy)."""
     value = common.as_numpy(boxlist.get("bbox") if name == "bbox" else boxlist.extra_field(name))
@@ -149,21 +149,21 @@ def _array(boxlist, name, where, label, kinds="biuf"):
     return value
 
 
-def _shaped(array, shape, name, where, label):
+def shaped_field(array, shape, name, where, label):
     if not common.has_shape(array, shape):
         raise common.ConvertError([f"{where}: {label} field '{name}' has shape {array.shape}; "
                                    f"expected {common.shape_text(shape)}"])
     return array
 
 
-def _integers(boxlist, name, shape, low, high, where, label, meaning):
-    array = _shaped(_array(boxlist, name, where, label, "biu"), shape, name, where, label).astype(np.int64)
-    common._out_of_range(array, low, high, f"{label}.{name}", where, meaning)
+def integer_field(boxlist, name, shape, low, high, where, label, meaning):
+    array = shaped_field(field_array(boxlist, name, where, label, "biu"), shape, name, where, label).astype(np.int64)
+    common.out_of_range(array, low, high, f"{label}.{name}", where, meaning)
     return array
 
 
-def _finite(boxlist, name, shape, where, label):
-    array = _shaped(_array(boxlist, name, where, label, "f"), shape, name, where, label)
+def finite_field(boxlist, name, shape, where, label):
+    array = shaped_field(field_array(boxlist, name, where, label, "f"), shape, name, where, label)
     if not np.isfinite(array).all():
         raise common.ConvertError([f"{where}: {label} field '{name}' holds NaN or inf"])
     return array
@@ -204,12 +204,12 @@ def resize_boxes(box, mode, size, width, height):
     return np.column_stack(_split_xyxy(box, mode)).astype(np.float32)
 
 
-def _boxes(boxlist, image, where, label):
+def boxes_in_gt_size(boxlist, image, where, label):
     """A BoxList's boxes in the GT image's size, float32 xyxy; (boxes, whether they were resized)."""
     mode = boxlist.get("mode")
     if mode not in ("xyxy", "xywh"):
         raise common.ConvertError([f"{where}: {label} mode {mode!r:.40} is not 'xyxy' or 'xywh'"])
-    box = _finite(boxlist, "bbox", (None, 4), where, label)
+    box = finite_field(boxlist, "bbox", (None, 4), where, label)
     size = _size(boxlist, where, label)
     return resize_boxes(box, mode, size, image.width, image.height), tuple(size) != (image.width, image.height)
 
@@ -218,16 +218,16 @@ def check_groundtruth(groundtruth, image, where, n_objects, n_predicates):
     """The file's GT BoxList against the GT JSON's image (module docstring), else ConvertError."""
     label, gt_rows = "groundtruth", image.relations[image.file_rows]
     hint = "the GT JSON's; the file was evaluated against another GT, or its images are in another order"
-    labels = _integers(groundtruth, "labels", (None,), 1, n_objects, where, label, "labels are 1-based classes")
+    labels = integer_field(groundtruth, "labels", (None,), 1, n_objects, where, label, "labels are 1-based classes")
     if len(labels) != len(image.categories) or not np.array_equal(labels - 1, image.categories):
         raise common.ConvertError([f"{where}: groundtruth field 'labels' - 1 ({_short(labels - 1)}) differs from "
                                    f"{hint} ({_short(image.categories)})"])
-    rows = _shaped(_array(groundtruth, "relation_tuple", where, label, "biu"), (None, 3), "relation_tuple", where,
-                   label).astype(np.int64) - np.array([0, 0, 1])
+    tuples = field_array(groundtruth, "relation_tuple", where, label, "biu")
+    rows = shaped_field(tuples, (None, 3), "relation_tuple", where, label).astype(np.int64) - np.array([0, 0, 1])
     if rows.shape != gt_rows.shape or not np.array_equal(rows, gt_rows):
         raise common.ConvertError([f"{where}: groundtruth field 'relation_tuple' (predicate - 1: {_short(rows)}) "
                                    f"differs from {hint} relation rows ({_short(gt_rows)})"])
-    boxes, _ = _boxes(groundtruth, image, where, label)
+    boxes, _ = boxes_in_gt_size(groundtruth, image, where, label)
     far = np.abs(boxes.astype(np.float64) - image.boxes).max(initial=0)
     if far > BOX_TOLERANCE:
         raise common.ConvertError([f"{where}: groundtruth field 'bbox' is {far:.3g} pixels from {hint} boxes "
@@ -245,14 +245,14 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
     if groundtruth is not None:
         check_groundtruth(groundtruth, image, where, n_objects, n_predicates)
     label = "prediction"
-    boxes, resized = _boxes(prediction, image, where, label)
+    boxes, resized = boxes_in_gt_size(prediction, image, where, label)
     count = len(boxes)
-    labels = _integers(prediction, "pred_labels", (count,), 1, n_objects, where, label,
+    labels = integer_field(prediction, "pred_labels", (count,), 1, n_objects, where, label,
                        f"pred_labels are 1-based object classes 1..{n_objects}")
-    scores = _finite(prediction, "pred_scores", (count,), where, label)
-    pairs = _integers(prediction, "rel_pair_idxs", (None, 2), 0, count - 1, where, label,
+    scores = finite_field(prediction, "pred_scores", (count,), where, label)
+    pairs = integer_field(prediction, "rel_pair_idxs", (None, 2), 0, count - 1, where, label,
                       f"only {count} boxes exist")
-    rel_scores = _finite(prediction, "pred_rel_scores", (len(pairs), n_predicates + 1), where, label)
+    rel_scores = finite_field(prediction, "pred_rel_scores", (len(pairs), n_predicates + 1), where, label)
     probabilities = rel_scores[:, 1:]
     predicates = probabilities.argmax(axis=1) if len(pairs) else np.zeros(0, np.int64)
     ng_triplets = common.rank_ng(pairs, probabilities, None if task == "predcls" else scores, options.ng_top,
@@ -264,7 +264,7 @@ def prediction_arrays(prediction, groundtruth, image, where, n_objects, n_predic
                                  "self_pairs": int(np.count_nonzero(pairs[:, 0] == pairs[:, 1])),
                                  "task_fields_differ": int(guess_task(prediction) != task),
                                  "box_count_differs": int(task != "sgdet" and count != len(image.categories))})
-    notes.update(_rel_labels_notes(prediction, predicates))
+    notes.update(rel_labels_notes(prediction, predicates))
     return arrays, notes
 
 
@@ -283,7 +283,7 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
 
     prediction: the BoxList the model returns for the image (tensors on any device; its ``size``
     may be the model's input size: boxes are resized to the GT image as the evaluator resizes
-    them), or a common.BoxList; image: the sgeval.GTImage it belongs to; n_objects, n_predicates:
+    them), or an unpickler.BoxList; image: the sgeval.GTImage it belongs to; n_objects, n_predicates:
     the GT's vocabulary sizes, ``len(gt.object_classes)`` and ``len(gt.predicate_classes)``; task:
     predcls | sgcls | sgdet (the ng_triplets ranking leaves out object scores in predcls), or auto
     to guess from this prediction's fields (``convert`` guesses once, from the first prediction);
@@ -305,7 +305,7 @@ def image_arrays(prediction, image, n_objects, n_predicates, *, task="auto", gro
     return arrays
 
 
-def _rel_labels_notes(prediction, predicates):
+def rel_labels_notes(prediction, predicates):
     """How often pred_rel_labels (ignored, as the evaluator ignores it) differ from argmax + 1."""
     labels = common.as_numpy(prediction.extra_field("pred_rel_labels"))
     if not isinstance(labels, np.ndarray) or labels.shape != predicates.shape or labels.dtype.kind not in "iu":

@@ -7,9 +7,9 @@ file runs. For Scene-Graph-Benchmark's ``eval_results.pytorch`` (sgb.py) and
 
 ``load`` returns the saved object with plain containers (a dict comes back a plain dict, a
 ``torch.Size`` a tuple), numpy arrays in place of tensors (native byte order, writable, sharing
-nothing) and ``common.BoxList`` attribute holders in place of maskrcnn_benchmark / PySGG BoxLists.
+nothing) and ``unpickler.BoxList`` attribute holders in place of maskrcnn_benchmark / PySGG BoxLists.
 With ``lazy=True`` every tensor is a ``LazyTensor``: its dtype, shape and where its bytes are in
-the file; ``read()`` gives the array (``common.materialize`` reads them all; they pickle, so a
+the file; ``read()`` gives the array (``unpickler.materialize`` reads them all; they pickle, so a
 worker process can read them). A 30 GB file then loads with memory for its object pickle only.
 
 Formats (the details, with the torch sources they were read from, are in the project notes)
@@ -36,8 +36,8 @@ widened to float32 (exactly), bool bytes other than 0 are True.
 
 Safety
 ------
-The pickles are read by ``TorchUnpickler``, a ``common.RestrictedUnpickler``: the one allow-list
-is ``common.ALLOWED_GLOBALS`` (numpy data, a few builtins, ``collections.OrderedDict``, the Result
+The pickles are read by ``TorchUnpickler``, an ``unpickler.RestrictedUnpickler``: the one allow-list
+is ``unpickler.ALLOWED_GLOBALS`` (numpy data, a few builtins, ``collections.OrderedDict``, the Result
 and BoxList holders), with the torch names resolved by the file's reader (``_Reader.torch_global``:
 the rebuild functions above, storage types, dtypes, ``torch.Size``); any other global, torch's
 included, is refused with its name. Object state (BUILD) and class instances (NEWOBJ) only for
@@ -64,7 +64,7 @@ import zipfile
 
 import numpy as np
 
-from . import common
+from . import common, unpickler
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -118,7 +118,7 @@ class TorchDType:
 
     def itemsize(self):
         if self.code is None:
-            raise common._Refused(f"a tensor of dtype torch.{self.name}, which has no numpy equivalent")
+            raise unpickler.Refused(f"a tensor of dtype torch.{self.name}, which has no numpy equivalent")
         return 2 if self.code == _BFLOAT16 else np.dtype(self.code).itemsize
 
     def __repr__(self):
@@ -145,7 +145,7 @@ class _Storage:
         self.position, self.byteorder, self.view_of, self.view_offset = None, byteorder, None, 0
 
 
-class LazyTensor(common.Lazy):
+class LazyTensor(unpickler.Lazy):
     """A tensor left in its file: ``span`` bytes at ``position`` hold its elements (byte order
     ``byteorder``), laid out by ``strides`` (in elements). ``read()`` gives a fresh numpy array;
     ValueError when the file changed since it was loaded."""
@@ -197,7 +197,7 @@ def _tensor_layout(storage, dtype, offset, size, stride):
     """Check a tensor against its storage: (its first byte in the storage, the bytes from there to
     its last element, its strides)."""
     if not isinstance(dtype, TorchDType):
-        raise common._Refused(f"a tensor whose dtype is a {type(dtype).__name__}")
+        raise unpickler.Refused(f"a tensor whose dtype is a {type(dtype).__name__}")
     size = _ints(size, "size")
     stride = _ints(stride, "stride", len(size))
     if type(offset) is not int or not 0 <= offset < 1 << 62:
@@ -248,7 +248,7 @@ class _TensorClass:
     """torch.Tensor / torch.nn.Parameter as _rebuild_from_type_v2 names them (never called)."""
 
     def __new__(cls, *args, **kwargs):
-        raise common._Refused("torch.Tensor called directly")
+        raise unpickler.Refused("torch.Tensor called directly")
 
 
 def _torch_size(dims=()):
@@ -261,7 +261,7 @@ def _torch_size(dims=()):
 def _check_metadata(metadata):
     """torch's tensor metadata ({'conj': True} or {'neg': True}: a lazily conjugated or negated view)."""
     if metadata is not None and not (type(metadata) is dict and not any(metadata.values())):
-        raise common._Refused(f"a tensor with metadata {metadata!r:.80} (a conjugate or negative bit)")
+        raise unpickler.Refused(f"a tensor with metadata {metadata!r:.80} (a conjugate or negative bit)")
 
 
 def _text(value):
@@ -299,7 +299,7 @@ class _Reader:
         """('storage', storage type, key, location, numel[, view]) -> the _Storage it names."""
         if not (type(pid) is tuple and pid and _text(pid[0]) == "storage"):
             kind = _text(pid[0]) if type(pid) is tuple and pid else type(pid).__name__
-            raise common._Refused("a pickled nn.Module" if kind == "module" else f"a persistent id {kind!r:.40}")
+            raise unpickler.Refused("a pickled nn.Module" if kind == "module" else f"a persistent id {kind!r:.40}")
         if len(pid) != (6 if self.legacy else 5):
             raise _Invalid(f"a storage id with {len(pid)} fields in a {'legacy' if self.legacy else 'zip'} file")
         storage_type, key, location, numel = pid[1:5]
@@ -346,7 +346,7 @@ class _Reader:
 
     def _rebuild_tensor(self, storage, storage_offset, size, stride):
         if not isinstance(storage, _Storage):
-            raise common._Refused(f"a tensor whose storage is a {type(storage).__name__}")
+            raise unpickler.Refused(f"a tensor whose storage is a {type(storage).__name__}")
         return self._tensor(storage, storage.storage_type.dtype, storage_offset, size, stride)
 
     def _rebuild_tensor_v2(self, storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
@@ -358,7 +358,7 @@ class _Reader:
                            metadata=None):
         _check_metadata(metadata)
         if not isinstance(storage, _Storage) or storage.storage_type.dtype.name != "uint8":
-            raise common._Refused("a _rebuild_tensor_v3 tensor whose storage is not an untyped storage")
+            raise unpickler.Refused("a _rebuild_tensor_v3 tensor whose storage is not an untyped storage")
         return self._tensor(storage, dtype, storage_offset, size, stride)
 
     def _rebuild_parameter(self, data, requires_grad=False, backward_hooks=None):
@@ -369,7 +369,7 @@ class _Reader:
 
     def _rebuild_from_type_v2(self, func, new_type, args, state):
         if new_type is not _TensorClass or getattr(func, "__self__", None) is not self or type(args) is not tuple:
-            raise common._Refused("_rebuild_from_type_v2 of a tensor subclass")
+            raise unpickler.Refused("_rebuild_from_type_v2 of a tensor subclass")
         return func(*args)  # state (Python attributes set on the tensor) is dropped
 
     def _tensor(self, storage, dtype, offset, size, stride):
@@ -411,7 +411,7 @@ class _Reader:
 
 def _tensor_value(data):
     if not isinstance(data, LazyTensor):
-        raise common._Refused(f"a Parameter holding a {type(data).__name__}")
+        raise unpickler.Refused(f"a Parameter holding a {type(data).__name__}")
     return data
 
 
@@ -446,8 +446,8 @@ class _Window:
         return line
 
 
-class TorchUnpickler(common.RestrictedUnpickler):
-    """common.RestrictedUnpickler over a _Window, with the file's torch names (``reader``) and its
+class TorchUnpickler(unpickler.RestrictedUnpickler):
+    """unpickler.RestrictedUnpickler over a _Window, with the file's torch names (``reader``) and its
     storages as persistent ids; without a reader (legacy header pickles) no global is allowed."""
 
     def __init__(self, window, reader=None):
@@ -456,17 +456,17 @@ class TorchUnpickler(common.RestrictedUnpickler):
 
     def find_class(self, module, name):
         if self.reader is None:
-            raise common._Refused(f"'{module}.{name}' in a header pickle")
+            raise unpickler.Refused(f"'{module}.{name}' in a header pickle")
         found = self.reader.torch_global(module, name)
         if found is not None:
             return found
         if module == "torch" or module.startswith("torch."):
-            raise common._Refused(f"'{module}.{name}'")
+            raise unpickler.Refused(f"'{module}.{name}'")
         return super().find_class(module, name)
 
     def persistent_load(self, pid):
         if self.reader is None:
-            raise common._Refused("a persistent id in a header pickle")
+            raise unpickler.Refused("a persistent id in a header pickle")
         return self.reader.persistent_load(pid)
 
 
@@ -565,9 +565,9 @@ def _finished(value, lazy, budget):
                 raise _Invalid(f"tensors of more than {budget} bytes in all (max_bytes; several tensors may view "
                                f"one storage)")
             return item.read_checked()
-        return common._real(item)
+        return unpickler.real_item(item)
 
-    return common._replaced(value, real)
+    return unpickler.replaced(value, real)
 
 
 def load(path, lazy=False, max_bytes=None):
@@ -588,7 +588,7 @@ def load(path, lazy=False, max_bytes=None):
             else:
                 raise _Invalid("neither a zip archive nor a pickle: not a torch.save file")
         return _finished(value, lazy, 2 * size + EXPAND_BYTES if max_bytes is None else max_bytes)
-    except common._Refused as refused:
+    except unpickler.Refused as refused:
         problem = (f"refusing to load it: it holds {refused}; only numeric tensors, numpy data, plain containers "
                    f"and BoxLists are read, never code")
     except _Invalid as invalid:
@@ -605,8 +605,8 @@ def load(path, lazy=False, max_bytes=None):
 
 
 def read_lazy(value, where):
-    """common.materialize(value) with a LazyTensor's read error as a ConvertError naming where."""
+    """unpickler.materialize(value) with a LazyTensor's read error as a ConvertError naming where."""
     try:
-        return common.materialize(value)
+        return unpickler.materialize(value)
     except ValueError as error:
         raise common.ConvertError([f"{where}: {error}"]) from None

@@ -186,9 +186,9 @@ def _address_space():
 
 def _child(sender, path, info, benchmark, limits):
     """The check in the child: bounded, then (counts, problems), "memory" or nothing sent."""
-    from .jobs import _die_with_parent
+    from .jobs import die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     memory = _address_space() + (limits.memory_mb << 20)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.seconds + 1, limits.seconds + 2))

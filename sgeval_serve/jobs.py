@@ -207,7 +207,7 @@ def _kill(child):
     child.wait()
 
 
-def _die_with_parent():
+def die_with_parent():
     """Linux: the child is killed when the server dies, so an interrupted job is never finished twice
     (run_job then checks that the server did not die before this call)."""
     try:
@@ -225,7 +225,7 @@ def _write_atomic(path, text):
 
 def run_job(job_path):
     """The child: evaluate, write results.json (or problems.json) and the per-predicate figure."""
-    _die_with_parent()
+    die_with_parent()
     folder = Path(job_path).parent
     job = json.loads(Path(job_path).read_text())
     if job.get("server_pid") not in (None, os.getppid()):  # the server died while this process started

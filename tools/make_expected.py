@@ -1,5 +1,5 @@
 """Write tests/data/demo_expected.json: the demo data's results, the regression oracle of
-tests/test_expected.py.
+tests/core/test_expected.py.
 
     python -m tools.make_expected     # from the repository root
 
@@ -17,9 +17,9 @@ from tools import make_demo
 
 EXPECTED = Path(__file__).resolve().parents[1] / "tests" / "data" / "demo_expected.json"
 STORED_KEYS = ("metrics", "per_predicate", "rules", "images_left_out")  # of each protocol (later additions have
-# their own tests: predicate_confusion in tests/test_confusion.py)
+# their own tests: predicate_confusion in tests/core/test_confusion.py)
 IMAGE_KEYS = ("evaluated", "missing_predictions", "skipped_no_relations", "extra_predictions")  # (the Evaluator's
-# scope and duplicate_updates: tests/test_evaluator.py)
+# scope and duplicate_updates: tests/core/test_evaluator.py)
 
 
 def demo_results(out, workers=1):

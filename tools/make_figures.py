@@ -4,7 +4,7 @@
 
 The table: `sgeval report demo/results.json demo/results-b.json` (Markdown), written between the
 README's `<!-- demo-table -->` and `<!-- /demo-table -->` lines. The figure: demo/plots/protocols.png
-copied to docs/protocols.png. tests/test_report.py checks that the README's table is what the
+copied to docs/protocols.png. tests/core/test_report.py checks that the README's table is what the
 report gives for the demo.
 """
 

@@ -1,5 +1,5 @@
 """The Open Images demo: generated files in PySGG's Open Images layouts taken through the whole
-path an Open Images user takes, without the real data (`make demo-oi`, tests/test_oi_demo.py).
+path an Open Images user takes, without the real data (`make demo-oi`, tests/convert/test_oi_demo.py).
 
     python -m tools.make_oi_demo --out demo/oi [--seed 0] [--images 80]    # from the repository root
 

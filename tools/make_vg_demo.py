@@ -1,5 +1,5 @@
 """The Visual Genome demo: generated files in Scene-Graph-Benchmark's layouts taken through the
-whole path a VG150 user takes, without the real data (`make demo-vg`, tests/test_vg_demo.py).
+whole path a VG150 user takes, without the real data (`make demo-vg`, tests/convert/test_vg_demo.py).
 
     python -m tools.make_vg_demo --out demo/vg [--seed 0] [--images 120]    # from the repository root
 

@@ -54,7 +54,7 @@ def box_iou(a, b):
     return inter / union if union > 0 else 0.0
 
 
-def _shift(mask, dy, dx):
+def shifted(mask, dy, dx):
     """Shift a (H, W) mask by (dy, dx) pixels, filling with False (no wrap-around)."""
     height, width = mask.shape
     out = np.zeros_like(mask)
@@ -63,15 +63,15 @@ def _shift(mask, dy, dx):
     return out
 
 
-def _dilate(mask):
-    return mask | _shift(mask, 1, 0) | _shift(mask, -1, 0) | _shift(mask, 0, 1) | _shift(mask, 0, -1)
+def dilated(mask):
+    return mask | shifted(mask, 1, 0) | shifted(mask, -1, 0) | shifted(mask, 0, 1) | shifted(mask, 0, -1)
 
 
-def _erode(mask):
-    return mask & _shift(mask, 1, 0) & _shift(mask, -1, 0) & _shift(mask, 0, 1) & _shift(mask, 0, -1)
+def eroded(mask):
+    return mask & shifted(mask, 1, 0) & shifted(mask, -1, 0) & shifted(mask, 0, 1) & shifted(mask, 0, -1)
 
 
-def _random_shape(rng, height, width, min_frac, max_frac, ellipse_ok=True):
+def random_shape(rng, height, width, min_frac, max_frac, ellipse_ok=True):
     """A random filled rectangle or ellipse as a bool (H, W) mask (never empty)."""
     h = int(rng.integers(max(1, int(height * min_frac)), max(2, int(height * max_frac)) + 1))
     w = int(rng.integers(max(1, int(width * min_frac)), max(2, int(width * max_frac)) + 1))
@@ -102,10 +102,10 @@ def _make_segments(rng, height, width, n_things, n_stuff, max_segments, p_twins,
         for i in range(n_segments):
             if i < n_stuff_segments:
                 category = n_things + int(rng.integers(n_stuff))
-                shape = _random_shape(rng, height, width, 0.4, 0.9, ellipse_ok=False)
+                shape = random_shape(rng, height, width, 0.4, 0.9, ellipse_ok=False)
             else:
                 category = int(rng.choice(thing_pool))
-                shape = _random_shape(rng, height, width, 0.1, 0.4)
+                shape = random_shape(rng, height, width, 0.1, 0.4)
             label[shape] = len(categories)
             categories.append(category)
         if rng.random() < p_twins and width >= 4 and height >= 2:
@@ -239,12 +239,12 @@ def _pick(rng, n, p, exclude=()):
 
 def _mask_variants(rng, mask):
     """(noisy copy, near duplicate of that copy or None) for a GT mask."""
-    noisy = _shift(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
+    noisy = shifted(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
     r = rng.random()
-    noisy = _erode(noisy) if r < 0.2 else _dilate(noisy) if r < 0.4 else noisy
+    noisy = eroded(noisy) if r < 0.2 else dilated(noisy) if r < 0.4 else noisy
     if not noisy.any():
         noisy = mask.copy()
-    for near in (_shift(noisy, 0, 1), _shift(noisy, 1, 0), _dilate(noisy)):
+    for near in (shifted(noisy, 0, 1), shifted(noisy, 1, 0), dilated(noisy)):
         if near.any() and not np.array_equal(near, noisy) and mask_iou(near, noisy) >= 0.5:
             return noisy, near
     return noisy, None
@@ -304,7 +304,7 @@ def _simulate_instances(rng, im, n_classes, with_masks):
                 if iou1 == iou2 and iou1 >= 0.5:
                     instances.append((enclosing, categories[g1], round(float(rng.uniform(0.3, 1.0)), 3), g1))
     for _ in range(int(rng.integers(0, 3))):  # false positives
-        shape = (_random_shape(rng, height, width, 0.05, 0.3) if with_masks
+        shape = (random_shape(rng, height, width, 0.05, 0.3) if with_masks
                  else _random_box(rng, height, width))
         instances.append((shape, int(rng.integers(n_classes)), round(float(rng.uniform(0.05, 0.6)), 3), -1))
     order = rng.permutation(len(instances))

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from tools.oi_check import oracle, pysgg_env
+from tools.oracle_common import iou_plus_one_float64
 
 N_CLASSES = 57
 PREDICATES = ["at", "on", "holds", "plays", "interacts_with", "wears", "hits", "inside_of", "under"]
@@ -88,15 +89,6 @@ def f32_iou(a, b):
     """miscellaneous.bbox_overlaps: PySGG's IoU (+1, float32), (M, 4) x (N, 4) -> (M, N)."""
     return pysgg_env.load().misc.bbox_overlaps(np.asarray(a, np.float32).reshape(-1, 4),
                                                np.asarray(b, np.float32).reshape(-1, 4))
-
-
-def f64_iou(a, b):
-    """The +1 IoU in float64 of the same boxes, (M, 4) x (N, 4)."""
-    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
-    wh = np.maximum(np.minimum(a[:, None, 2:], b[:, 2:]) - np.maximum(a[:, None, :2], b[:, :2]) + 1, 0)
-    inter = wh[..., 0] * wh[..., 1]
-    area = lambda x: (x[:, 2] - x[:, 0] + 1) * (x[:, 3] - x[:, 1] + 1)  # noqa: E731
-    return inter / (area(a)[:, None] + area(b) - inter)
 
 
 def input_size(width, height, min_size=600, max_size=1000):
@@ -251,7 +243,7 @@ def boundary_detection(rng, gt_box, kind):
     x1 = base[0] + steps * np.spacing(base[0])
     x2 = base[2] + steps * np.spacing(base[2])
     boxes = np.array([[a, base[1], b, base[3]] for a in x1 for b in x2], np.float32)
-    f32, f64 = f32_iou(gt_box, boxes)[0], f64_iou(gt_box, boxes)[0]
+    f32, f64 = f32_iou(gt_box, boxes)[0], iou_plus_one_float64(gt_box, boxes)[0]
     below = np.nextafter(np.float32(0.5), np.float32(0))
     cases = [(boxes[(f32 == 0.5) & (f64 < 0.5)], "IoU exactly 0.5 (float64 below)"),
              (boxes[(f32 == below) & (f64 >= 0.5)], "IoU one ulp below 0.5 (float64 at or above)")]
@@ -545,7 +537,7 @@ def list_counts(gt, pred, task, count):
     count[f"{task}: OI list: rows whose 2nd and 3rd predicate scores tie"] += int(
         np.count_nonzero((ordered[:, 1] == ordered[:, 2]) & (ordered[:, 0] != ordered[:, 1])))
     g_boxes, rel, g_labels = gt["boxes"], gt["relations"], gt["labels"]
-    ious = {"f32": f32_iou(boxes, g_boxes), "f64": f64_iou(boxes, g_boxes),
+    ious = {"f32": f32_iou(boxes, g_boxes), "f64": iou_plus_one_float64(boxes, g_boxes),
             "raw": f32_iou(boxes, gt["raw_boxes"].astype(np.float32))}
 
     def best_iou(rows, predicates, kind="f32"):

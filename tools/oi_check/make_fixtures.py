@@ -28,7 +28,6 @@ The bytes depend only on the contents (sorted names, fixed times; torch.save's o
 deterministic for the same objects).
 """
 
-import argparse
 import contextlib
 import json
 import shutil
@@ -36,10 +35,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from tools.oi_check import make_data, oracle, pysgg_env
-from tools.oracle_files import write_zip
+from tools.oracle_common import (fixtures_main, iou_plus_one_float64, iou_without_plus_one, patched, write_json,
+                                 write_zip)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = {"oi-0": (0, 30), "oi-1": (1, 30)}  # name: seed, evaluated test images
@@ -58,19 +57,6 @@ def flat(numbers):
         elif not isinstance(value, dict):
             out[key] = value
     return out
-
-
-def iou_without_plus_one(boxlist1, boxlist2):
-    """boxlist_iou's formula with widths x2 - x1 (float32)."""
-    a, b = boxlist1.bbox, boxlist2.bbox
-    area_a, area_b = ((x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1]) for x in (a, b))
-    wh = (torch.min(a[:, None, 2:], b[:, 2:]) - torch.max(a[:, None, :2], b[:, :2])).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a[:, None] + area_b - inter)
-
-
-def float64_overlaps(boxes1, boxes2):
-    return make_data.f64_iou(boxes1, boxes2)
 
 
 def nudged_overlaps(direction):
@@ -92,7 +78,7 @@ def several(*contexts):
 
 def source_mutant(owner, module, function, replacements, tag):
     """owner.function replaced by function of a copy of module with replacements (oracle.mutated)."""
-    return lambda ns: oracle.patched(getattr(ns, owner), function,
+    return lambda ns: patched(getattr(ns, owner), function,
                                      getattr(oracle.mutated(getattr(ns, module), replacements, tag), function))
 
 
@@ -105,13 +91,13 @@ def ap_mutant(replacements, tag):
 
 
 MUTANTS = {  # name: (context manager factory of pysgg_env.load(), dedup GT rows, must change a number)
-    "IoU without the +1 pixel": (lambda ns: oracle.patched(ns.misc, "boxlist_iou", iou_without_plus_one), False, True),
-    "IoU in float64": (lambda ns: several(*(oracle.patched(m, "bbox_overlaps", float64_overlaps) for m in (
+    "IoU without the +1 pixel": (lambda ns: patched(ns.misc, "boxlist_iou", iou_without_plus_one), False, True),
+    "IoU in float64": (lambda ns: several(*(patched(m, "bbox_overlaps", iou_plus_one_float64) for m in (
         ns.oi_evaluation, ns.ap_eval_rel, ns.sgg_eval))), False, True),
     "recall: an IoU of exactly 0.5 is a miss (>)": (
-        lambda ns: oracle.patched(ns.oi_evaluation, "bbox_overlaps", nudged_overlaps(0)), False, True),
+        lambda ns: patched(ns.oi_evaluation, "bbox_overlaps", nudged_overlaps(0)), False, True),
     "AP: an IoU of exactly 0.5 is a hit (>=)": (
-        lambda ns: oracle.patched(ns.ap_eval_rel, "bbox_overlaps", nudged_overlaps(1)), False, True),
+        lambda ns: patched(ns.ap_eval_rel, "bbox_overlaps", nudged_overlaps(1)), False, True),
     "prd_k = 1 (the best predicate of a pair only)": (
         rel_results_mutant([("openimages\n    prd_k = 2", "openimages\n    prd_k = 1")], "prd_k"), False, True),
     "no score filter": (rel_results_mutant([("det_scores_top > 0.00001", "det_scores_top > -1.0")], "nofilter"),
@@ -132,7 +118,7 @@ MUTANTS = {  # name: (context manager factory of pysgg_env.load(), dedup GT rows
         ("rel_mAP /= len(rel_prd_cats)", "rel_mAP /= sum(n > 0 for n in npos)"),
         ("phr_mAP /= len(rel_prd_cats)", "phr_mAP /= sum(n > 0 for n in npos)")], "present"), False, True),
     "GT duplicate rows removed": (lambda ns: contextlib.nullcontext(), True, True),
-    "GT boxes not clipped": (lambda ns: oracle.patched(ns.BoxList, "clip_to_image",
+    "GT boxes not clipped": (lambda ns: patched(ns.BoxList, "clip_to_image",
                                                        lambda self, remove_empty=True: self), False, True),
     "scores in float64 (sbj * obj * prd)": (rel_results_mutant([(
         "det_scores_so = det_scores_sbj * det_scores_obj",
@@ -202,7 +188,7 @@ def write_fixture(name, seed, images, out):
         shutil.rmtree(results, ignore_errors=True)
         pysgg[task] = oracle.numbers(oracle.run(data, task, results))
         files[f"eval_results_{task}.pytorch"] = (results / "eval_results.pytorch").read_bytes()
-        oracle.write_json(data / f"pysgg_{task}.json", pysgg[task])
+        write_json(data / f"pysgg_{task}.json", pysgg[task])
         files[f"pysgg_{task}.json"] = (data / f"pysgg_{task}.json").read_bytes()
     mutants = check_mutants(data, pysgg)
     files["summary.json"] = (json.dumps({"cases": summary, "mutants": mutants}, indent=1) + "\n").encode()
@@ -213,13 +199,8 @@ def write_fixture(name, seed, images, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "tests" / "data" / "oi"))
-    args = parser.parse_args()
     oracle.quiet()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    for name, (seed, images) in FIXTURES.items():
-        write_fixture(name, seed, images, Path(args.out))
+    fixtures_main(__doc__.split("\n\n")[0], ROOT / "tests" / "data" / "oi", FIXTURES, write_fixture)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ classic lists and their per-image R.
 import argparse
 import contextlib
 import io
-import json
 import logging
 import random
 import sys
@@ -39,10 +38,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from tools.oi_check import pysgg_env
-from tools.openpsg_check.oracle import write_json
+from tools.oracle_common import boxlists, patched, without_repeats, write_json
 
 KS = (1, 5, 10, 20, 50, 100)  # eval_rel_results' recalls (oi_evaluation.py:169-170)
 CLASSIC_KS = (20, 50, 100)  # SGRecall & co.
@@ -65,16 +63,7 @@ def dataset(data, split="test"):
 
 def predictions(data, task, n):
     """DIR/raw/<task>/0.npz ... as the relation head's BoxLists (network input size), fields in file order."""
-    BoxList = pysgg_env.load().BoxList
-    out = []
-    for i in range(n):
-        with np.load(Path(data, "raw", task, f"{i}.npz")) as npz:
-            box = BoxList(torch.from_numpy(npz["bbox"]), tuple(int(v) for v in npz["size"]), "xyxy")
-            for key in npz.files:
-                if key not in ("bbox", "size"):
-                    box.add_field(key, torch.from_numpy(npz[key]))
-        out.append(box)
-    return out
+    return boxlists(pysgg_env.load().BoxList, data, task, n)
 
 
 class Capture:
@@ -129,7 +118,7 @@ def run(data, task, folder=None, dedup=False):
     pysgg_env.set_task(task)
     ds = dataset(data)
     if dedup:
-        ds.relationships = [r[np.sort(np.unique(r, axis=0, return_index=True)[1])] for r in ds.relationships]
+        ds.relationships = without_repeats(ds.relationships)
     preds = predictions(data, task, len(ds))
     if folder is not None:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -183,16 +172,6 @@ def numbers(result):
 
 
 # --- altered copies of PySGG's functions, for the checks of make_data.py and make_fixtures.py -----------
-
-
-@contextlib.contextmanager
-def patched(owner, name, value):
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 def mutated(module, replacements, tag):

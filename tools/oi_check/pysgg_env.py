@@ -33,7 +33,7 @@ import sys
 import types
 from pathlib import Path
 
-from tools.stand_ins import module
+from tools.oracle_common import module, never_called, package, require_source
 
 BUILD = Path(__file__).resolve().parent / "build"
 SRC = BUILD / "pysgg_src"
@@ -115,10 +115,7 @@ def set_task(task):
 
 
 def _never_called(what):
-    def stand_in(*args, **kwargs):
-        raise NotImplementedError(f"oi_check stand-in: {what} is not part of the relation evaluation")
-
-    return stand_in
+    return never_called("oi_check", what)
 
 
 def load():
@@ -136,34 +133,25 @@ def load():
                                  BoxList=m["pysgg.structures.bounding_box"].BoxList)
 
 
-def _package(name, folder=None):
-    return module(name, __path__=[str(folder)] if folder else [])
-
-
 def _install():
-    if not (SRC / "pysgg").is_dir():
-        sys.exit(f"{BUILD}: PySGG's source is missing; run PYSGG=<checkout> {BUILD.parent}/setup.sh")
-    found = importlib.util.find_spec("pysgg")
-    if found is None or Path(found.origin).parent != SRC / "pysgg":
-        sys.exit(f"{BUILD}: import pysgg from its extracted source: run with {BUILD}/venv/bin/python "
-                 f"(its oi_check.pth puts {SRC} on the path)")
+    require_source(BUILD, SRC, "pysgg", "PySGG", "PYSGG")
     cfg = config()
     module("pysgg.config", cfg=cfg)
     module("pysgg.layers", nms=_never_called("pysgg.layers.nms"))
     for name in ("pysgg.data", DATASETS, EVALUATION, f"{EVALUATION}.vg", f"{EVALUATION}.coco"):
-        _package(name, SRC / name.replace(".", "/"))
+        package(name, SRC / name.replace(".", "/"))
     parts = {kind: [i for i, c in enumerate(cfg.MODEL.ROI_RELATION_HEAD.LONGTAIL_PART_DICT) if c == kind]
              for kind in "hbt"}  # visual_genome.py:25-34
     module(f"{DATASETS}.visual_genome", HEAD=parts["h"], BODY=parts["b"], TAIL=parts["t"],
            **{name: _never_called(f"visual_genome.{name}")
               for name in ("resampling_dict_generation", "get_VG_statistics", "apply_resampling")})
     module(f"{EVALUATION}.coco.coco_eval", COCOResults=_never_called("COCOResults"))
-    _package("pycocotools")
+    package("pycocotools")
     module("pycocotools.coco", COCO=_never_called("pycocotools COCO"))
     module("pycocotools.cocoeval", COCOeval=_never_called("pycocotools COCOeval"))
     module("ipdb", set_trace=_never_called("ipdb.set_trace"))
     if importlib.util.find_spec("matplotlib") is None:
-        _package("matplotlib")
+        package("matplotlib")
         module("matplotlib.pyplot", **{name: _never_called(f"matplotlib.pyplot.{name}")
                                        for name in ("subplots", "sca", "xticks", "figure")})
     for name in ("pysgg.structures.bounding_box", "pysgg.structures.boxlist_ops", "pysgg.utils.miscellaneous",

@@ -11,9 +11,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=$HERE/build
 COMMIT=a63942a076932b3756a477cf8919c3b74cd36207
-# torch: the CPU-only build (PyPI's default torch pulls in the CUDA libraries); override with TORCH=...
-TORCH=${TORCH:-torch==2.13.0+cpu}
-PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 # what the evaluation imports (pysgg_env.py says which are stood in for instead)
 FILES="pysgg/__init__.py
 pysgg/structures/__init__.py
@@ -34,19 +31,14 @@ if [ -z "${PYSGG:-}" ]; then
     echo "setup.sh: PYSGG=<path> is required: a PySGG checkout or git mirror holding commit $COMMIT" >&2
     exit 2
 fi
-. "$ROOT/tools/oracle_venv.sh"
+. "$ROOT/tools/oracle_common.sh"  # TORCH (the CPU build, unless set) and PYTHON
 GIT_DIR=$(git_dir_at_commit "$PYSGG" PySGG https://github.com/SHTUPLUS/PySGG)
 mkdir -p "$BUILD"
 # sgg_eval.py imports sklearn.metrics (SGStagewiseRecall's AUC), boxlist_ops.py scipy.linalg, ap_eval_rel.py
 # six, and three files tqdm: the real packages, so that none of them needs a stand-in
 build_venv pysgg_src scikit-learn==1.9.1 scipy==1.17.1 tqdm==4.70.1 six==1.17.0
 
-# PySGG's files, as committed (git cat-file: a mirror may lack the large data blobs git archive would walk).
-rm -rf "$BUILD/pysgg_src"
-for f in $FILES; do
-    mkdir -p "$BUILD/pysgg_src/$(dirname "$f")"
-    git --git-dir="$GIT_DIR" cat-file blob "$COMMIT:$f" > "$BUILD/pysgg_src/$f" \
-        || { echo "setup.sh: $f is missing at $COMMIT" >&2; exit 1; }
-done
-"$BUILD/venv/bin/python" -c "import torch, numpy; print('oi_check: torch', torch.__version__, \
-'numpy', numpy.__version__, '- PySGG $COMMIT')"
+# PySGG's files, as committed.
+# shellcheck disable=SC2086  # FILES: one path a line
+extract_files "$GIT_DIR" "$BUILD/pysgg_src" $FILES
+show_versions PySGG

@@ -7,12 +7,10 @@ For each fixture, make_raw.generate writes the GT and raw results (build/data/<n
 special case of make_raw.CASES present), oracle.score gives OpenPSG's numbers in pan_seg and bbox
 mode, and two altered OpenPSG evaluators must change them (MUTANTS: the data decide the float32
 box IoU and the >= 0.5 mask IoU rules). The zip holds psg.json, panoptic/, raw/, raw_summary.json
-and openpsg_<method>.json trimmed to what tests/test_openpsg_oracle.py compares; its bytes depend
-only on the contents (tools/oracle_files.write_zip).
+and openpsg_<method>.json trimmed to what tests/oracles/test_openpsg_oracle.py compares; its bytes depend
+only on the contents (tools/oracle_common.write_zip).
 """
 
-import argparse
-import contextlib
 import shutil
 import sys
 import types
@@ -21,7 +19,7 @@ from pathlib import Path
 import torch
 
 from tools.openpsg_check import make_raw, openpsg_env, oracle
-from tools.oracle_files import write_zip
+from tools.oracle_common import fixtures_main, patched, write_json, write_zip
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = {"one-stage-0": ("one-stage", 0, 16), "two-stage-0": ("two-stage", 0, 24)}  # name: kind, seed, images
@@ -29,18 +27,11 @@ METHODS = ("pan_seg", "bbox")
 KEYS = [f"{m}@{k}" for m in ("R", "mR", "ngR", "mNgR") for k in oracle.KS] + ["images_recorded", "per_image_R"]
 
 
-@contextlib.contextmanager
 def float64_box_iou(metrics):
     """OpenPSG with its box IoU in float64 instead of mmdet's float32."""
-    saved = metrics.torch
-    metrics.torch = types.SimpleNamespace(Tensor=lambda a: torch.tensor(a, dtype=torch.float64))
-    try:
-        yield
-    finally:
-        metrics.torch = saved
+    return patched(metrics, "torch", types.SimpleNamespace(Tensor=lambda a: torch.tensor(a, dtype=torch.float64)))
 
 
-@contextlib.contextmanager
 def strict_mask_threshold(metrics):
     """OpenPSG with a mask IoU of exactly 0.5 scored as a miss."""
     saved = metrics.mask_iou
@@ -49,11 +40,7 @@ def strict_mask_threshold(metrics):
         iou = saved(mask1, mask2)
         return iou - 1e-12 if iou == 0.5 else iou
 
-    metrics.mask_iou = mask_iou
-    try:
-        yield
-    finally:
-        metrics.mask_iou = saved
+    return patched(metrics, "mask_iou", mask_iou)
 
 
 MUTANTS = {"bbox": float64_box_iou, "pan_seg": strict_mask_threshold}  # the method whose numbers each must change
@@ -84,20 +71,15 @@ def write_fixture(name, kind, seed, images, out):
     shutil.rmtree(data, ignore_errors=True)
     make_raw.generate(seed, kind, data, images)
     for method, numbers in evaluate(data).items():
-        oracle.write_json(data / f"openpsg_{method}.json", numbers)
+        write_json(data / f"openpsg_{method}.json", numbers)
     files = sorted(p for p in data.rglob("*") if p.is_file())
     write_zip(out / f"{name}.zip", {p.relative_to(data).as_posix(): p.read_bytes() for p in files})
     print(f"{out / name}.zip: {len(files)} files, {(out / f'{name}.zip').stat().st_size} bytes")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(oracle.ROOT / "tests" / "data" / "openpsg"))
-    args = parser.parse_args()
     oracle.quiet()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    for name, (kind, seed, images) in FIXTURES.items():
-        write_fixture(name, kind, seed, images, Path(args.out))
+    fixtures_main(__doc__.split("\n\n")[0], oracle.ROOT / "tests" / "data" / "openpsg", FIXTURES, write_fixture)
 
 
 if __name__ == "__main__":

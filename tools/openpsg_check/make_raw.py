@@ -5,7 +5,7 @@
 
 DIR/psg.json and DIR/panoptic/ (tools/synth.py of the sgeval repo: 80 things, 53 stuff, 56
 predicates), DIR/raw/0.npz ... N-1.npz (one Result per evaluated GT image, in psg.json order; the
-layouts of sgeval's tests/test_convert.py, so sgeval's converters read them too) and
+layouts of sgeval's tests/convert/test_convert.py, so sgeval's converters read them too) and
 DIR/raw_summary.json (how many of each special case were written; every case of CASES must be
 there, or it exits with an error). The files' bytes depend only on the arguments (fixed zip times).
 
@@ -40,7 +40,7 @@ import torch
 
 from tools import synth
 from tools.openpsg_check import openpsg_env
-from tools.oracle_files import write_zip
+from tools.oracle_common import write_zip
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
 KS = (20, 50, 100)
@@ -159,9 +159,9 @@ def count_gt_image(im):
 # ----------------------------------------------------------------------------- predicted instances
 
 def noisy_mask(rng, mask):
-    out = synth._shift(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
+    out = synth.shifted(mask, int(rng.integers(-1, 2)), int(rng.integers(-1, 2)))
     r = rng.random()
-    out = synth._erode(out) if r < 0.15 else synth._dilate(out) if r < 0.3 else out
+    out = synth.eroded(out) if r < 0.15 else synth.dilated(out) if r < 0.3 else out
     return out if out.any() else mask.copy()
 
 
@@ -202,7 +202,7 @@ def double_instance(rng, im, a, b):
 
 def junk_instance(rng, im):
     h, w = im["masks"][0].shape
-    mask = synth._random_shape(rng, h, w, 0.05, 0.3)
+    mask = synth.random_shape(rng, h, w, 0.05, 0.3)
     return mask, jittered_box(rng, mask), int(rng.integers(N_THINGS + N_STUFF)), np.float32(rng.uniform(0.05, 0.6))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from tools.stand_ins import load_source, module
+from tools.oracle_common import load_source, module
 
 BUILD = Path(__file__).resolve().parent / "build"
 OPENPSG = BUILD / "openpsg_src"

@@ -19,7 +19,6 @@ its evaluate(metric='sgdet', iou_thrs=0.5, detection_method=METHOD), i.e. sgg_ev
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import warnings
@@ -29,6 +28,7 @@ import numpy as np
 
 import sgeval
 from tools.openpsg_check import openpsg_env
+from tools.oracle_common import write_json
 
 ROOT = Path(__file__).resolve().parents[2]  # the sgeval repository
 KS = (20, 50, 100)
@@ -142,13 +142,6 @@ def quiet():
     """Silence OpenPSG's log and numpy's warnings on its means of empty lists (nogc, pan_seg)."""
     openpsg_env.LOG = open(os.devnull, "w")
     warnings.simplefilter("ignore", RuntimeWarning)
-
-
-def write_json(path, numbers):
-    """One key a line, floats at full repr precision."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in numbers.items())
-                          + "\n}\n")
 
 
 def main():

@@ -13,15 +13,12 @@ BUILD=$HERE/build
 COMMIT=34b2a892f7441966265e3d60ad01ee8eeae89041
 WHEEL=mmdet-2.20.0-py3-none-any.whl
 WHEEL_SHA256=4d4876debd0e3dd76bcdd01439cbf1a1997d6f0d57f6d434fe9712878d87c5c1
-# torch: the CPU-only build (PyPI's default torch pulls in the CUDA libraries); override with TORCH=...
-TORCH=${TORCH:-torch==2.13.0+cpu}
-PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 
 if [ -z "${OPENPSG:-}" ]; then
     echo "setup.sh: OPENPSG=<path> is required: an OpenPSG checkout or git mirror holding commit $COMMIT" >&2
     exit 2
 fi
-. "$ROOT/tools/oracle_venv.sh"
+. "$ROOT/tools/oracle_common.sh"  # TORCH (the CPU build, unless set) and PYTHON
 GIT_DIR=$(git_dir_at_commit "$OPENPSG" OpenPSG https://github.com/Jingkang50/OpenPSG)
 mkdir -p "$BUILD"
 build_venv openpsg_src terminaltables==3.1.10
@@ -43,5 +40,4 @@ for f in evaluation/__init__.py evaluation/sgg_eval.py evaluation/sgg_metrics.py
          datasets/psg.py models/relation_heads/approaches/relation_util.py; do
     [ -s "$BUILD/openpsg_src/openpsg/$f" ] || { echo "setup.sh: openpsg/$f is missing at $COMMIT" >&2; exit 1; }
 done
-"$BUILD/venv/bin/python" -c "import torch, numpy; print('openpsg_check: torch', torch.__version__, \
-'numpy', numpy.__version__, '- OpenPSG $COMMIT')"
+show_versions OpenPSG

@@ -44,6 +44,7 @@ import h5py
 import numpy as np
 import torch
 
+from tools.oracle_common import iou_plus_one_float64
 from tools.sgb_check import sgb_env
 
 N_CLASSES, N_PREDICATES = 150, 50  # VG150; SGB's lists add __background__ at index 0
@@ -92,15 +93,6 @@ def f32_iou(a, b):
     return sgb_env.load().misc.bbox_overlaps(a.reshape(-1, 4), b.reshape(-1, 4))
 
 
-def f64_iou(a, b):
-    """IoU with +1 in float64 of float32 boxes (a: (4,), b: (N, 4))."""
-    a, b = np.asarray(a, np.float64).reshape(4), np.asarray(b, np.float64).reshape(-1, 4)
-    wh = np.maximum(np.minimum(a[2:], b[:, 2:]) - np.maximum(a[:2], b[:, :2]) + 1, 0)
-    inter = wh[:, 0] * wh[:, 1]
-    area = lambda x: (x[..., 2] - x[..., 0] + 1) * (x[..., 3] - x[..., 1] + 1)  # noqa: E731
-    return inter / (area(a) + area(b) - inter)
-
-
 BELOW, ABOVE = np.nextafter(np.float32(0.5), np.float32(0)), np.nextafter(np.float32(0.5), np.float32(1))
 
 
@@ -135,7 +127,7 @@ def boundary_detection(rng, gt_box):
     x1 = base[0] + steps * np.spacing(base[0])
     x2 = base[2] + steps * np.spacing(base[2])
     boxes = np.array([[a, base[1], b, base[3]] for a in x1 for b in x2], np.float32)
-    f32, f64 = f32_iou(gt_box, boxes)[0], f64_iou(gt_box, boxes)
+    f32, f64 = f32_iou(gt_box, boxes)[0], iou_plus_one_float64(gt_box, boxes)[0]
     cases = [(boxes[(f32 == 0.5) & (f64 < 0.5)], "IoU exactly 0.5 (float64 below)"),
              (boxes[(f32 == BELOW) & (f64 >= 0.5)], "IoU one ulp below 0.5 (float64 at or above)")]
     cases = [(found, case) for found, case in cases if len(found)]

@@ -24,7 +24,6 @@ holds what sgeval reads and what SGB gave:
 The bytes depend only on the contents (sorted names, fixed times).
 """
 
-import argparse
 import contextlib
 import json
 import shutil
@@ -35,36 +34,14 @@ import numpy as np
 import torch
 
 import sgeval
+from tools.oracle_common import (fixtures_main, iou_plus_one_float64, iou_without_plus_one, patched, write_json,
+                                 write_zip)
 from tools.sgb_check import make_data, oracle, sgb_env
-from tools.oracle_files import write_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = {"sgb-0": (0, 40), "sgb-1": (1, 40)}  # name: seed, test images
 FAMILIES = ("R", "ngR", "zR", "ngzR", "mR", "mNgR", "A")
 KEYS = [f"{f}@{k}" for f in FAMILIES for k in oracle.KS] + ["images_recorded", "images_zeroshot", "per_image_R"]
-
-
-@contextlib.contextmanager
-def patched(module, name, value):
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
-
-
-def iou_without_plus_one(boxlist1, boxlist2):
-    """boxlist_iou's formula with widths x2 - x1 (float32), for the mutant."""
-    a, b = boxlist1.bbox, boxlist2.bbox
-    area_a, area_b = ((x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1]) for x in (a, b))
-    wh = (torch.min(a[:, None, 2:], b[:, 2:]) - torch.max(a[:, None, :2], b[:, :2])).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a[:, None] + area_b - inter)
-
-
-def float64_overlaps(boxes1, boxes2):
-    return make_data.f64_iou(boxes1, boxes2)[None]
 
 
 def strict_overlaps(boxes1, boxes2):
@@ -74,7 +51,7 @@ def strict_overlaps(boxes1, boxes2):
 
 MUTANTS = {  # name: (context manager factory, dedup GT rows)
     "IoU without the +1 pixel": (lambda ns: patched(ns.misc, "boxlist_iou", iou_without_plus_one), False),
-    "IoU in float64": (lambda ns: patched(ns.sgg_eval, "bbox_overlaps", float64_overlaps), False),
+    "IoU in float64": (lambda ns: patched(ns.sgg_eval, "bbox_overlaps", iou_plus_one_float64), False),
     "IoU of exactly 0.5 is a miss": (lambda ns: patched(ns.sgg_eval, "bbox_overlaps", strict_overlaps), False),
     "GT duplicate rows removed": (lambda ns: contextlib.nullcontext(), True),
 }
@@ -151,7 +128,7 @@ def write_fixture(name, seed, images, out):
         ids = [info["image_id"] for info in oracle.dataset(data).img_info]
         sgeval.write_predictions(data / f"pred_{task}.json", prediction_records(preds, ids, task, ng_lists))
         files[f"pred_{task}.json"] = (data / f"pred_{task}.json").read_bytes()
-        oracle.write_json(data / f"sgb_{task}.json", trimmed(sgb[task]))
+        write_json(data / f"sgb_{task}.json", trimmed(sgb[task]))
         files[f"sgb_{task}.json"] = (data / f"sgb_{task}.json").read_bytes()
     check_mutants(data, sgb)
     for member, content in files.items():
@@ -161,13 +138,8 @@ def write_fixture(name, seed, images, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "tests" / "data" / "sgb"))
-    args = parser.parse_args()
     oracle.quiet()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    for name, (seed, images) in FIXTURES.items():
-        write_fixture(name, seed, images, Path(args.out))
+    fixtures_main(__doc__.split("\n\n")[0], ROOT / "tests" / "data" / "sgb", FIXTURES, write_fixture)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tools.openpsg_check.oracle import write_json
+from tools.oracle_common import boxlists, without_repeats, write_json
 from tools.sgb_check import sgb_env
 
 KS = (20, 50, 100)
@@ -57,22 +57,13 @@ def dataset(data, split="test", filter_empty_rels=True, dedup=False):
         filter_empty_rels=filter_empty_rels, filter_non_overlap=False)
     ds.img_info = [image_data(data)[i] for i in np.flatnonzero(ds.split_mask)]
     if dedup:
-        ds.relationships = [r[np.sort(np.unique(r, axis=0, return_index=True)[1])] for r in ds.relationships]
+        ds.relationships = without_repeats(ds.relationships)
     return ds
 
 
 def predictions(data, task, n):
     """DIR/raw/<task>/0.npz ... as the relation post-processor's BoxLists (network input size)."""
-    BoxList = sgb_env.load().BoxList
-    out = []
-    for i in range(n):
-        with np.load(Path(data, "raw", task, f"{i}.npz")) as npz:
-            box = BoxList(torch.from_numpy(npz["bbox"]), tuple(int(v) for v in npz["size"]), "xyxy")
-            for key in npz.files:
-                if key not in ("bbox", "size"):
-                    box.add_field(key, torch.from_numpy(npz[key]))
-        out.append(box)
-    return out
+    return boxlists(sgb_env.load().BoxList, data, task, n)
 
 
 def run(ds, preds, task, zeroshot_file):

@@ -11,9 +11,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=$HERE/build
 COMMIT=6f75881ad6076d3a1aee34e9bead2b3595631086
-# torch: the CPU-only build (PyPI's default torch pulls in the CUDA libraries); override with TORCH=...
-TORCH=${TORCH:-torch==2.13.0+cpu}
-PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 # what the evaluation imports (sgb_env.py says which are stood in for instead)
 FILES="maskrcnn_benchmark/__init__.py
 maskrcnn_benchmark/structures/__init__.py
@@ -30,17 +27,12 @@ if [ -z "${SGB:-}" ]; then
     echo "setup.sh: SGB=<path> is required: a Scene-Graph-Benchmark.pytorch checkout or git mirror holding commit $COMMIT" >&2
     exit 2
 fi
-. "$ROOT/tools/oracle_venv.sh"
+. "$ROOT/tools/oracle_common.sh"  # TORCH (the CPU build, unless set) and PYTHON
 GIT_DIR=$(git_dir_at_commit "$SGB" Scene-Graph-Benchmark.pytorch https://github.com/KaihuaTang/Scene-Graph-Benchmark.pytorch)
 mkdir -p "$BUILD"
 build_venv sgb_src
 
-# SGB's files, as committed (git cat-file: a mirror may lack the large data blobs git archive would walk).
-rm -rf "$BUILD/sgb_src"
-for f in $FILES; do
-    mkdir -p "$BUILD/sgb_src/$(dirname "$f")"
-    git --git-dir="$GIT_DIR" cat-file blob "$COMMIT:$f" > "$BUILD/sgb_src/$f" \
-        || { echo "setup.sh: $f is missing at $COMMIT" >&2; exit 1; }
-done
-"$BUILD/venv/bin/python" -c "import torch, numpy; print('sgb_check: torch', torch.__version__, \
-'numpy', numpy.__version__, '- Scene-Graph-Benchmark.pytorch $COMMIT')"
+# SGB's files, as committed.
+# shellcheck disable=SC2086  # FILES: one path a line
+extract_files "$GIT_DIR" "$BUILD/sgb_src" $FILES
+show_versions Scene-Graph-Benchmark.pytorch

@@ -24,7 +24,7 @@ import sys
 import types
 from pathlib import Path
 
-from tools.stand_ins import load_source, module
+from tools.oracle_common import load_source, module, never_called, package, require_source
 
 BUILD = Path(__file__).resolve().parent / "build"
 SGB = BUILD / "sgb_src"
@@ -49,15 +49,8 @@ STAND_INS = {
 }
 
 
-def _package(name):
-    return module(name, __path__=[])
-
-
 def _never_called(what):
-    def stand_in(*args, **kwargs):
-        raise NotImplementedError(f"sgb_check stand-in: {what} is not part of the relation evaluation")
-
-    return stand_in
+    return never_called("sgb_check", what)
 
 
 def load():
@@ -73,20 +66,15 @@ def load():
 
 
 def _install():
-    if not (SGB / "maskrcnn_benchmark").is_dir():
-        sys.exit(f"{BUILD}: Scene-Graph-Benchmark's source is missing; run SGB=<checkout> {BUILD.parent}/setup.sh")
-    found = importlib.util.find_spec("maskrcnn_benchmark")
-    if found is None or Path(found.origin).parent != SGB / "maskrcnn_benchmark":
-        sys.exit(f"{BUILD}: import maskrcnn_benchmark from its extracted source: run with {BUILD}/venv/bin/python "
-                 f"(its sgb_check.pth puts {SGB} on the path)")
+    require_source(BUILD, SGB, "maskrcnn_benchmark", "Scene-Graph-Benchmark", "SGB")
     module("maskrcnn_benchmark.layers", nms=_never_called("maskrcnn_benchmark.layers.nms"))
     if importlib.util.find_spec("scipy") is None:
-        _package("scipy")
+        package("scipy")
         module("scipy.linalg", block_diag=_never_called("scipy.linalg.block_diag"))
-    _package("maskrcnn_benchmark.data").get_dataset_statistics = _never_called("get_dataset_statistics")
+    package("maskrcnn_benchmark.data").get_dataset_statistics = _never_called("get_dataset_statistics")
     for name in ("maskrcnn_benchmark.data.datasets", "maskrcnn_benchmark.data.datasets.evaluation", EVAL_VG):
-        _package(name)
-    _package("pycocotools")
+        package(name)
+    package("pycocotools")
     module("pycocotools.coco", COCO=_never_called("pycocotools COCO"))
     module("pycocotools.cocoeval", COCOeval=_never_called("pycocotools COCOeval"))
     if importlib.util.find_spec("tqdm") is None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, sgeval
 
 from tests.reference import reference_evaluate
-from tests.test_reference import assert_close
+from tests.core.test_reference import assert_close
 from tools import make_vg_demo
 
 

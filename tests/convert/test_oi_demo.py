@@ -7,8 +7,8 @@ import pytest
 from conftest import ROOT, sgeval
 
 from tests.reference import reference_evaluate, reference_oi
-from tests.test_reference import assert_close
-from tests.test_vg_demo import reference_inputs
+from tests.core.test_reference import assert_close
+from tests.convert.test_vg_demo import reference_inputs
 from tools import make_oi_demo
 
 

@@ -9,7 +9,7 @@ import pytest
 import sgeval
 from tests.reference import reference_evaluate
 from tests.conftest import confusion_cells
-from tests.test_reference import assert_close
+from tests.core.test_reference import assert_close
 from tools import synth
 
 KS = ("1", "2", "5", "x1")

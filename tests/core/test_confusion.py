@@ -1,5 +1,5 @@
 """Predicate confusion (results' predicate_confusion) and the per-image file (per_image), on
-hand-computed cases. tests/test_reference.py and tests/test_tasks.py compare the confusion with
+hand-computed cases. tests/core/test_reference.py and tests/core/test_tasks.py compare the confusion with
 the plain-Python reference on random data."""
 
 import json

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from sgeval_convert import common, torchfile
+from sgeval_convert import common, torchfile, unpickler
 from tools import torchsave
 
 DATA = ROOT / "tests" / "data" / "torch"
@@ -74,7 +74,7 @@ NEW_DTYPES = {"uint16": np.array([1, 65535], np.uint16), "uint32": np.array([1, 
 
 def same(expected, got, where="top"):
     """torch's value (as numpy) vs the reader's: arrays by dtype, shape and items; a BoxList tuple
-    against a common.BoxList."""
+    against an unpickler.BoxList."""
     if isinstance(got, torchfile.LazyTensor):
         assert got.shape == np.shape(expected), where
         got = got.read()
@@ -83,7 +83,7 @@ def same(expected, got, where="top"):
         assert got.dtype == expected.dtype and got.shape == expected.shape, (where, got.dtype, got.shape)
         assert got.flags.writeable and got.dtype.isnative, where
         np.testing.assert_array_equal(got, expected, err_msg=where)
-    elif isinstance(got, common.BoxList):
+    elif isinstance(got, unpickler.BoxList):
         bbox, size, mode, extra, triplet = expected
         assert set(got.fields) == {"bbox", "size", "mode", "extra_fields", "triplet_extra_fields"}, where
         same(bbox, got.bbox, f"{where}.bbox")
@@ -134,8 +134,8 @@ def test_lazy_tensors_are_positions_in_the_file():
     scores = got["predictions"][0].extra_field("pred_rel_scores")
     assert isinstance(scores, torchfile.LazyTensor) and scores.shape == (3, 4) and scores.dtype == np.float32
     assert got["predictions"][1].extra_field("rel_pair_idxs").read().shape == (0, 2)
-    materialized = common.materialize(got)
-    assert isinstance(materialized["predictions"][0], common.BoxList)
+    materialized = unpickler.materialize(got)
+    assert isinstance(materialized["predictions"][0], unpickler.BoxList)
     assert np.array_equal(materialized["predictions"][0].extra_field("rel_pair_idxs"), [[0, 1], [2, 1], [1, 0]])
 
 
@@ -389,7 +389,7 @@ def test_a_lazy_tensor_of_a_changed_file_is_a_clear_error(tmp_path):
 
 
 def test_random_mutations_are_values_or_clear_errors(tmp_path):
-    """Byte flips, deletions and insertions (tests/test_fuzz.py runs the long campaign)."""
+    """Byte flips, deletions and insertions (tests/core/test_fuzz.py runs the long campaign)."""
     rng = random.Random(1)
     outcomes = {"value": 0, "error": 0}
     for name in ("eval_results.zip.pytorch", "eval_results.legacy.pytorch", "views.zip.pytorch"):

@@ -1,7 +1,7 @@
 """Named GT subsets (config ``subsets``, CLI ``--subset``): R@k/<name>, ngR@k/<name> and mR@k/<name>
 over the GT relation rows a rule picks (a predicate set, an object class set with a role, a set of
 triplet types), the OvSGTR presets, their config errors, the Evaluator's state and the report.
-The plain-Python reference checks every kind and role on random data in tests/test_reference.py."""
+The plain-Python reference checks every kind and role on random data in tests/core/test_reference.py."""
 
 import json
 import pickle

@@ -51,7 +51,7 @@ def build_wheel(out):
     """The wheel of a copy of the distribution's files (building writes build/ and *.egg-info)."""
     source = out / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source)
     for path in ROOT.glob("sgeval*"):
         if path.suffix == ".py":
@@ -101,6 +101,7 @@ def test_the_wheel_holds_the_modules_and_no_checkout_folder(installed):
     assert top == {"sgeval.py", "sgeval_report.py", "sgeval_plots.py", "sgeval_convert", "sgeval_serve"}
     assert {f"sgeval_convert/{cli.module_of(family)[0]}.py" for family in cli.FAMILIES} <= set(names)
     assert "sgeval_convert/README.md" in names and "sgeval_serve/templates/base.html" in names
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)  # the MIT licence travels along
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(wheel) as archive:
         assert "sgeval = sgeval:cli" in archive.read(entry_points).decode()

@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 from conftest import ROOT, LiveTensor, assert_arrays_written, assert_same_results, evaluate_updates, sgeval, synth
 
-from sgeval_convert import cli, common, hilo, openpsg, pairnet
+from sgeval_convert import cli, common, hilo, openpsg, pairnet, unpickler
 from sgeval_convert import recipe as convert_recipe
 
 N_THINGS, N_STUFF, N_PREDICATES = 80, 53, 56
@@ -325,7 +325,7 @@ def openpsg_expected(raws, evaluated, ks, object_scores):
 
 def convert_one(module, raw, options=common.Options()):
     """One raw result (dict or RawResult) through a family's per-image conversion."""
-    result = raw if isinstance(raw, common.RawResult) else common.RawResult(raw)
+    result = raw if isinstance(raw, unpickler.RawResult) else unpickler.RawResult(raw)
     args = (result, types.SimpleNamespace(height=HEIGHT, width=WIDTH), "img", N_THINGS + N_STUFF, N_PREDICATES)
     if module is openpsg:
         return openpsg.convert_image(*args, options)
@@ -553,7 +553,7 @@ def test_predicate_source_rel_labels_separates_a_repeated_query(tmp_path, standi
     assert len(set(legacy_rows)) < len(legacy_rows)  # the repeated query gives the same triplet twice ...
     assert notes["rel_labels_differ"] == 1  # ... while rel_labels names its second-best predicate
     zero_based = raw["rel_labels"] - raw["rel_labels"].min()  # holds a 0: not what the models write
-    bad = common.RawResult({**raw, "rel_labels": zero_based})
+    bad = unpickler.RawResult({**raw, "rel_labels": zero_based})
     with pytest.raises(common.ConvertError, match="1-based like the columns of rel_dists"):
         convert_one(openpsg, bad, common.Options(predicate_source="rel_labels"))
 
@@ -617,9 +617,9 @@ def test_both_numpy_spellings_and_torch_tensors_load_as_data(tmp_path, standins)
         path = standins.pickle(tmp_path / f"r{numpy1}.pkl", [fields], numpy1=numpy1)
         assert (b"numpy.core.multiarray" in path.read_bytes()) == numpy1
         (result,) = common.load_pickle(path)
-        assert isinstance(result, common.RawResult)
+        assert isinstance(result, unpickler.RawResult)
         assert np.array_equal(result.labels, [3, 1]) and result.masks.dtype == bool and result.score == 0.5
-        assert result.empty.shape == (0, 5) and isinstance(result.full, common.TorchTensor)
+        assert result.empty.shape == (0, 5) and isinstance(result.full, unpickler.TorchTensor)
         assert result.full.shape == (2, 2) and result.raw == b"" and result.text == "x"
         with pytest.raises(common.ConvertError, match="field 'full' is a torch tensor of shape"):
             common.field(result, "full", "where")
@@ -746,11 +746,11 @@ def test_npz_whose_headers_declare_more_than_they_hold_or_may(tmp_path, monkeypa
     with zipfile.ZipFile(tmp_path / "lying.npz", "w") as archive:
         archive.writestr("masks.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\0" * 16)
     with pytest.raises(common.ConvertError, match="declares 8000000000 bytes"):
-        common._load_npz(tmp_path / "lying.npz")
+        common.load_npz(tmp_path / "lying.npz")
     np.savez_compressed(tmp_path / "bomb.npz", masks=np.zeros(1 << 20, np.uint8))
     monkeypatch.setattr(common, "MAX_NPZ_BYTES", 1000)
     with pytest.raises(common.ConvertError, match="MAX_NPZ_BYTES"):
-        common._load_npz(tmp_path / "bomb.npz")
+        common.load_npz(tmp_path / "bomb.npz")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1050,14 +1050,14 @@ def test_results_stream_one_at_a_time_and_are_released(tmp_path, standins, gt_ca
     assert index == len(raws) - 1
 
 
-@pytest.mark.parametrize("lazy_bytes", [common.LAZY_BYTES, 64], ids=["default", "every array lazy"])
+@pytest.mark.parametrize("lazy_bytes", [unpickler.LAZY_BYTES, 64], ids=["default", "every array lazy"])
 def test_the_converted_output_is_the_same_for_every_input_kind_and_worker_count(tmp_path, standins, gt_case,
                                                                                 monkeypatch, lazy_bytes):
     """A pickle (protocols 2, 4 and 5; masks of 0/1 and of 0/255, whose protocol-2 strings are not
     ASCII), a directory of per-image pickles and one of npz files, with 1 or 2 workers, arrays read
     by the main process or left in the file for the workers: the same ZIP (byte for byte for one
     input; the same members for all)."""
-    monkeypatch.setattr(common, "LAZY_BYTES", lazy_bytes)
+    monkeypatch.setattr(unpickler, "LAZY_BYTES", lazy_bytes)
     rng = np.random.default_rng(22)
     raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
     raws_255 = [{**raw, "masks": raw["masks"].astype(np.uint8) * 255} for raw in raws]
@@ -1086,11 +1086,11 @@ def test_the_converted_output_is_the_same_for_every_input_kind_and_worker_count(
     assert all(members(outputs[name, 1]) == first for name in inputs)
 
 
-@pytest.mark.parametrize("lazy_bytes", [common.LAZY_BYTES, 64], ids=["default", "every array lazy"])
+@pytest.mark.parametrize("lazy_bytes", [unpickler.LAZY_BYTES, 64], ids=["default", "every array lazy"])
 @pytest.mark.parametrize("cut", [0.3, 0.7, 0.999])
 def test_a_truncated_pickle_names_the_result_reached_and_leaves_no_output(tmp_path, standins, gt_case, cut,
                                                                           monkeypatch, lazy_bytes):
-    monkeypatch.setattr(common, "LAZY_BYTES", lazy_bytes)
+    monkeypatch.setattr(unpickler, "LAZY_BYTES", lazy_bytes)
     rng = np.random.default_rng(23)
     raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
     data = standins.pickle(tmp_path / "r.pkl", raws, PAIRNET_RESULT).read_bytes()
@@ -1164,8 +1164,8 @@ def test_releasing_results_looks_at_each_memo_entry_once(tmp_path, standins, mon
     """After each result the unpickler looks only at the memo entries set since the last one (it
     once scanned the whole memo every time: quadratic in the number of results)."""
     looked = []
-    real = common._large
-    monkeypatch.setattr(common, "_large", lambda value: looked.append(1) or real(value))
+    real = unpickler._large
+    monkeypatch.setattr(unpickler, "_large", lambda value: looked.append(1) or real(value))
     cls = standins.results[OPENPSG_RESULT]
     for n in (100, 400):
         path = tmp_path / f"{n}.pkl"

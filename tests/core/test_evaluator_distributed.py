@@ -1,5 +1,5 @@
 """Evaluator.sync under a real torch.distributed process group: two gloo ranks on this machine
-(tests/ddp_rank.py), each updating its DistributedSampler shard with torch tensors, padded
+(tests/core/ddp_rank.py), each updating its DistributedSampler shard with torch tensors, padded
 duplicates included, end with the results of the file path. Skipped where torch is not installed
 (make setup installs its CPU build where the machine holds it: see the Makefile)."""
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, sgeval
+from conftest import sgeval
 
 pytest.importorskip("torch")
 
@@ -29,8 +29,9 @@ def test_ranks_synced_by_gloo_give_the_file_paths_results(tmp_path, demo_data, w
     outside the test split, which updates cannot name)."""
     port, outputs = _free_port(), [tmp_path / f"rank{rank}.json" for rank in range(world)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "ddp_rank.py"), str(rank), str(world), str(port),
-                               str(demo_data), str(out)], env=env, stderr=subprocess.PIPE, text=True)
+    script = Path(__file__).with_name("ddp_rank.py")
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), str(world), str(port), str(demo_data), str(out)],
+                              env=env, stderr=subprocess.PIPE, text=True)
              for rank, out in enumerate(outputs)]
     for process in ranks:
         _, stderr = process.communicate(timeout=300)

@@ -1,6 +1,6 @@
-"""One rank of tests/test_evaluator_distributed.py (run as a script, not collected by pytest):
+"""One rank of tests/core/test_evaluator_distributed.py (run as a script, not collected by pytest):
 
-    python tests/ddp_rank.py RANK WORLD PORT DATA OUT
+    python tests/core/ddp_rank.py RANK WORLD PORT DATA OUT
 
 Joins a gloo process group on 127.0.0.1:PORT, updates an Evaluator with its shard of the demo
 data's prediction records as torch tensors -- DistributedSampler's shard, padded duplicates
