@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from tools.ag_check import make_data, oracle
-from tools.oracle_files import write_zip
+from tools.oracle_common import write_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = {"ag-0": 0, "ag-1": 1}  # name: seed

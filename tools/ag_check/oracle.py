@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tools.stand_ins import module
+from tools.oracle_common import module
 
 BUILD = Path(__file__).resolve().parent / "build"
 TOOLS = ("sttran", "tempura", "dsgdetr")

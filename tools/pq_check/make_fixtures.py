@@ -8,7 +8,7 @@ of make_data.CASES present) and oracle.score runs panopticapi, OpenPSG (mmdet 2.
 merges on them. The data must make the rules visible, or it exits: OpenPSG's numbers differ from
 panopticapi's on the same segmentations (the VOID collision), and the two merges give different PQ.
 The zip holds the data, numbers.json and merged_<mode>/; its bytes depend only on the contents
-(tools/oracle_files.write_zip).
+(tools/oracle_common.write_zip).
 """
 
 import argparse
@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from tools.oracle_files import write_zip
+from tools.oracle_common import write_zip
 from tools.pq_check import make_data, oracle, pq_env
 
 HERE = Path(__file__).resolve().parent

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tools.stand_ins import load_source, module
+from tools.oracle_common import load_source, module
 
 BUILD = Path(__file__).resolve().parent / "build"
 SRC = BUILD / "src"

@@ -29,7 +29,7 @@ for name in OPENPSG PANOPTICAPI FAIR_PSGG; do
         exit 2
     fi
 done
-. "$ROOT/tools/oracle_venv.sh"
+. "$ROOT/tools/oracle_common.sh"
 COMMIT=$OPENPSG_COMMIT
 OPENPSG_GIT=$(git_dir_at_commit "$OPENPSG" OpenPSG https://github.com/Jingkang50/OpenPSG)
 COMMIT=$PANOPTICAPI_COMMIT

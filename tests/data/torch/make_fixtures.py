@@ -1,4 +1,4 @@
-"""Write the torch.save fixtures of tests/test_torchfile.py with real torch (not a dependency of
+"""Write the torch.save fixtures of tests/convert/test_torchfile.py with real torch (not a dependency of
 sgeval: run it by hand with a Python that has torch, from the repository root):
 
     /path/to/python-with-torch tests/data/torch/make_fixtures.py
