@@ -17,7 +17,7 @@ from conftest import ROOT, sgeval
 import sgeval_report
 from tests import reference_ag
 from tests.reference import reference_evaluate
-from tests.test_reference import assert_close
+from tests.core.test_reference import assert_close
 from tests.test_vg_demo import reference_inputs
 from sgeval_convert import ag
 from sgeval_convert import recipe as convert_recipe
