@@ -18,7 +18,7 @@ import sgeval_report
 from tests import reference_ag
 from tests.reference import reference_evaluate
 from tests.core.test_reference import assert_close
-from tests.test_vg_demo import reference_inputs
+from tests.convert.test_vg_demo import reference_inputs
 from sgeval_convert import ag
 from sgeval_convert import recipe as convert_recipe
 from tools import make_ag_demo
