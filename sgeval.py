@@ -392,8 +392,10 @@ import collections
 import collections.abc
 import concurrent.futures
 import dataclasses
+import functools
 import gc
 import hashlib
+import hmac
 import importlib
 import io
 import itertools
@@ -405,6 +407,7 @@ import os
 import re
 import reprlib
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -422,9 +425,9 @@ from PIL import Image
 
 log = logging.getLogger("sgeval")
 
-# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
-# release the GIL: an Evaluator's threads run them while the model's thread runs Python.
-_JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
+# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work (read
+# when they are compiled). They release the GIL: an Evaluator's threads run them while the model's
+# thread runs Python.
 _KERNELS, _KERNELS_LOCK = [], threading.Lock()  # the functions @_kernel marks, compiled at the first call of one
 
 
@@ -451,8 +454,9 @@ def _numba_kernels():
     with _KERNELS_LOCK:  # an Evaluator's threads may call their first kernels at once
         if isinstance(module[_KERNELS[-1]], _Kernel):
             import numba  # noqa: PLC0415 - on first use: it takes longer to import than the rest of sgeval
+            cache = not os.environ.get("SGEVAL_NO_JIT_CACHE")  # any non-empty value: no cache
             for name in _KERNELS:
-                module[name] = numba.njit(cache=_JIT_CACHE, nogil=True)(module[name].py_func)
+                module[name] = numba.njit(cache=cache, nogil=True)(module[name].py_func)
     return module
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
@@ -485,7 +489,7 @@ MERGE_IOU = 0.5  # SingleMPO and the audit: instances with IoU >= this are dupli
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line separators str.splitlines knows
 MAX_WORKERS = 64
 MAX_INSTANCES = 10_000  # instances of one prediction record
-MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
+MAX_IMAGE_PIXELS = 1 << 26  # height x width of a GT image, unless SGEVAL_MAX_IMAGE_PIXELS says otherwise
 
 
 MAX_PROBLEMS = 1000  # problem lines of one pass that are kept and shown; the rest are counted
@@ -528,6 +532,48 @@ class ProblemList(list):
 
     def __len__(self):
         return self.count
+
+
+def env_count(name, default, low=0, high=1 << 40):
+    """The whole number in environment variable name (default when it is unset or empty), read
+    when it is used; SGEvalError for anything but decimal digits within [low, high]."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not re.fullmatch("[0-9]{1,20}", text) or not low <= int(text) <= high:
+        raise SGEvalError([f"environment variable {name}={text[:40]!r}: expected a whole number from {low} to "
+                           f"{high}"])
+    return int(text)
+
+
+def max_image_pixels():
+    """The largest height x width of a GT image: SGEVAL_MAX_IMAGE_PIXELS, default MAX_IMAGE_PIXELS."""
+    return env_count("SGEVAL_MAX_IMAGE_PIXELS", MAX_IMAGE_PIXELS, low=1)
+
+
+def open_regular(path, what):
+    """A binary file object of path after checking, on the open file, that it is a regular file (a
+    FIFO, a device or a directory is refused without blocking: reading one can hang or never end).
+    OSError when it cannot be opened, SGEvalError when it is not a regular file."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        kind = "a directory" if os.path.isdir(path) else "not a regular file (a device, FIFO or socket)"
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"])
+    return os.fdopen(descriptor, "rb")
+
+
+def read_regular(path, what, limit):
+    """The bytes of a regular file (open_regular) of at most limit bytes, counted while reading;
+    SGEvalError for a larger one or one that cannot be read."""
+    try:
+        with open_regular(path, what) as handle:
+            data = handle.read(limit + 1)
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise SGEvalError([f"{path}: cannot read {what}: {getattr(error, 'strerror', None) or error}"]) from None
+    if len(data) > limit:
+        raise SGEvalError([f"{path}: cannot read {what}: more than the {limit} bytes it may have"])
+    return data
 
 
 def _regular_file(path, what):
@@ -992,6 +1038,7 @@ def _compact_entry(entry):
 def read_gt(gt_path, seg_root=None):
     """Read psg.json (entry by entry: memory holds arrays, not the parsed JSON); every structural
     problem is collected into one SGEvalError."""
+    max_pixels = max_image_pixels()
     data = _load_annotations(gt_path, ("data", "thing_classes", "stuff_classes", "predicate_classes",
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
@@ -1013,9 +1060,9 @@ def read_gt(gt_path, seg_root=None):
                 [f"{where}: {text}" for text in entry.problems.values()]
             continue
         seen.add(entry.image_id)
-        if entry.height * entry.width > MAX_IMAGE_PIXELS:
+        if entry.height * entry.width > max_pixels:
             problems.append(f"{where}: height x width {entry.height} x {entry.width} exceeds the limit of "
-                            f"{MAX_IMAGE_PIXELS} pixels (environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
+                            f"{max_pixels} pixels (environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
             continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
@@ -1193,16 +1240,18 @@ class Evaluator:
         self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
         self.settings = settings_of(self.config, n_predicates, self.subsets)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
-        self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
-            and self.config.gt_cache is not False else None
+        memory = gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)
+        self.gt_cache = GTCache(folder, memory) if self.settings.mode == "mask" and self.config.gt_cache is not False \
+            else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
         self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
+        self._references = {}  # (slot, protocol) -> reference_counts, for the states read
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
         self.reset()
 
     def __getstate__(self):  # pickle and copy: the updates evaluated, no threads
         self._drain()
-        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None}
+        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None, "_references": {}}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -1219,7 +1268,7 @@ class Evaluator:
                triplet_scores=None, ng_triplet_scores=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
-        image_id = str(image_id)
+        image_id = _image_id_text(image_id)
         slot, where = self.slot_of.get(image_id), f"Evaluator.update: image {image_id}"
         if slot is None and image_id not in self.gt.skipped:
             raise SGEvalError([self._unknown_image(image_id, where)])
@@ -1255,8 +1304,9 @@ class Evaluator:
 
     def _drain(self, finished_only=False, raise_problems=True):
         """Store the records of the evaluated updates (all: after waiting for them). An image whose
-        evaluation failed is forgotten, and its problems are raised."""
-        problems = []
+        evaluation failed is forgotten, and its problems are raised (any other exception once,
+        noting the image, after every finished record is stored)."""
+        problems, failure = [], None
         for slot in [slot for slot, future in self._running.items() if future.done() or not finished_only]:
             try:
                 values = self._running.pop(slot).result()
@@ -1264,6 +1314,13 @@ class Evaluator:
             except SGEvalError as error:
                 del self.images[slot]
                 problems += error.problems
+            except Exception as error:  # noqa: BLE001 -- raised below, once, the image forgotten
+                del self.images[slot]
+                error.add_note(f"sgeval: evaluating image {self.gt.images[slot].image_id} failed; its update "
+                               f"is not counted")
+                failure = failure or error
+        if failure is not None and raise_problems:
+            raise failure
         if problems and raise_problems:
             raise SGEvalError(problems)
 
@@ -1281,8 +1338,8 @@ class Evaluator:
         if known is not None and known.digest != record.digest:
             raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
                                f"duplicate must repeat the same arrays)"])
-        if known is not None and known.updates + record.updates > 2 ** 62:
-            raise SGEvalError([f"image {image_id}: more than 2**62 updates"])
+        if known is not None and known.updates + record.updates > MAX_COUNT:
+            raise SGEvalError([f"image {image_id}: more than {MAX_COUNT} updates"])
         table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
 
     def state_dict(self):
@@ -1314,6 +1371,8 @@ class Evaluator:
         an image add up). Nothing changes when it fails."""
         self._drain()
         images, extra, other_records = self._read_state(other.state_dict() if isinstance(other, Evaluator) else other)
+        if self.other_records + other_records > MAX_COUNT:
+            raise SGEvalError([f"state_dict: more than {MAX_COUNT} records of other images in all"])
         saved = self.images, self.extra
         self.images, self.extra = dict(self.images), dict(self.extra)
         try:
@@ -1336,7 +1395,14 @@ class Evaluator:
             if dist is None or not dist.is_available() or not dist.is_initialized():
                 return self
             all_gather_object, world_size = dist.all_gather_object, dist.get_world_size()
-        gathered = [None] * world_size
+        if not callable(all_gather_object):
+            raise SGEvalError([f"Evaluator.sync: all_gather_object must be callable as all_gather_object(output_list, "
+                               f"obj), not a {type(all_gather_object).__name__}"])
+        if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) \
+                or not 1 <= world_size <= MAX_RANKS:
+            raise SGEvalError([f"Evaluator.sync: world_size must be the number of ranks, an integer from 1 to "
+                               f"{MAX_RANKS}, not {reprlib.repr(world_size)}"])
+        gathered = [None] * int(world_size)
         all_gather_object(gathered, self.state_dict())
         if all(_same_state(state, gathered[0]) for state in gathered[1:]):  # synced already, nothing new
             gathered = gathered[:1]
@@ -1345,7 +1411,7 @@ class Evaluator:
         try:
             for state in gathered:
                 self.merge(state)
-        except SGEvalError:
+        except BaseException:
             self.images, self.extra, self.other_records = saved
             raise
         return self
@@ -1372,9 +1438,25 @@ class Evaluator:
                                f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit, "
                                f"confusion_k or subsets differ); states merge only under the same one"])
         try:
-            return _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
+            images, extra, other_records = _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
             raise SGEvalError([f"{where}: malformed state: {type(error).__name__}: {error}"]) from None
+        problems = ProblemList()
+        for slot, record in images.items():
+            columns, blocks, audit, check = unpack_record(record.values, self.settings)
+            counts = {protocol: {**dict(zip(settings_shapes(self.settings, protocol), fields)), "confusion": cells,
+                                 "oi_dets": listed} for protocol, (fields, cells, listed) in blocks.items()}
+            problems += check_record_counts(self.gt.images[slot], columns, {**counts, "audit": audit, "check": check},
+                                            self.settings, functools.partial(self._reference, slot))
+        if problems:
+            raise SGEvalError(problems)
+        return images, extra, other_records
+
+    def _reference(self, slot, protocol):
+        """reference_counts of a GT slot (made once)."""
+        if (slot, protocol) not in self._references:
+            self._references[slot, protocol] = reference_counts(self.gt.images[slot], self.settings, protocol)
+        return self._references[slot, protocol]
 
     def compute(self, missing="empty"):
         """The results dict (as ``evaluate`` returns it) of the updates so far; the state is left
@@ -1422,6 +1504,16 @@ class Evaluator:
 
 
 DIGEST = 16  # bytes of an update's digest
+MAX_RANKS = 1 << 20  # Evaluator.sync: the most ranks a world_size may say
+
+
+def _image_id_text(image_id):
+    """str(image_id) for Evaluator.update; SGEvalError when that fails."""
+    try:
+        return str(image_id)
+    except Exception as error:  # noqa: BLE001 -- any object may be given; its __str__ may raise anything
+        raise SGEvalError([f"Evaluator.update: the image id (a {type(image_id).__name__}) cannot be made a "
+                           f"string: str() raised {type(error).__name__}"]) from None
 
 
 def _same_state(a, b):
@@ -1429,7 +1521,7 @@ def _same_state(a, b):
     try:
         return a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) if isinstance(a[key], np.ndarray)
                                             else a[key] == b[key] for key in a)
-    except (AttributeError, TypeError, ValueError):
+    except Exception:  # noqa: BLE001 -- anything a stand-in gathered: not the same (merge says what is wrong)
         return False
 
 
@@ -1566,9 +1658,102 @@ def _state_records(state, n_slots, skipped, settings):
     extra_updates, extra_digests = _state_arrays(state, ("extra_updates", "extra_digests"), DIGEST, len(extra_ids))
     extra = {image_id: ImageRecord(digest.tobytes(), count, None)
              for image_id, count, digest in zip(extra_ids, extra_updates.tolist(), extra_digests)}
-    if type(state["other_records"]) is not int or state["other_records"] < 0:
-        raise ValueError("'other_records' must be a count")
+    if type(state["other_records"]) is not int or not 0 <= state["other_records"] <= MAX_COUNT:
+        raise ValueError(f"'other_records' must be a count (at most {MAX_COUNT})")
     return images, extra, state["other_records"]
+
+
+HIT_LIMITS = {"gc_hits": "gt_rel", "ng_hits": "gt_rel", "inf_hits": "gt_rel", "rank_n": "gt_rel", "imr_hits": "gt_rel",
+              "pair_hits": "gt_pairs", "inst_hits": "gt_inst", "z_gc_hits": "z_gt", "z_ng_hits": "z_gt",
+              "subset_gc_hits": "subset_gt", "subset_ng_hits": "subset_gt", "oi_hits": "oi_gt"}  # hits <= the GT's
+GT_FIELDS = ("gt_rel", "gt_pairs", "gt_inst", "z_gt", "subset_gt", "oi_gt", "oi_npos")  # what the GT alone decides
+K_AXES = {"gc_hits": 0, "ng_hits": 0, "pair_hits": 0, "z_gc_hits": 0, "z_ng_hits": 0, "a_hits": 0, "subset_gc_hits": 1,
+          "subset_ng_hits": 1}  # fields with a cut-off axis: hits do not decrease as k grows
+MAX_COUNT = 1 << 40  # a state's rows, audit counts, ranks per GT row and updates of an image are at most this
+
+
+def check_record_counts(image, columns, counts, settings, reference):
+    """The problems of one image's record read from a state (they cannot all come from one
+    prediction): counts {protocol: {field: array, "confusion": cells (2, U), "oi_dets": listed
+    rows or None}, "audit": array or None, "check": array} as unpack_record gives them
+    (per-predicate fields at the columns); reference(protocol) the counts of the image without a
+    prediction. The GT's counts must be the image's (or all zero where a protocol leaves the
+    image out), hits at most what they hit, non-decreasing in k, every count within MAX_COUNT."""
+    where = f"state_dict: image {image.image_id}"
+    if not np.array_equal(columns, np.unique(image.relations[:, 2])):
+        return [f"{where}: its predicate columns are not its GT's predicates"]
+    problems = []
+    for protocol in settings.protocols:
+        fields, ref = counts[protocol], reference(protocol)
+        names = [name for name in settings_shapes(settings, protocol) if not name.startswith("oi_")]
+        left_out = protocol in LEGACY and not any(fields[name].any() for name in names) \
+            and not fields["confusion"].size
+        for name in (GT_FIELDS if not left_out else ("oi_gt", "oi_npos")):
+            expected = ref.get(name)
+            if expected is not None and not np.array_equal(fields[name], expected[..., columns] if name in
+                                                               PER_PREDICATE_FIELDS else expected):
+                problems.append(f"{where}: {protocol} field '{name}' is not its GT's ({fields[name].tolist()!r:.60})")
+        if problems or left_out and protocol != "oi":
+            continue
+        problems += _hit_problems(fields, settings, protocol, len(image.relations[gt_rows(image, protocol)]), where)
+        problems += _listed_problems(fields, ref, settings, protocol, where)
+    check, audit = counts["check"], counts["audit"]  # CHECK_FIELDS: rows, two parts of them, three flags
+    if (check > MAX_COUNT).any() or (check[1:3] > check[0]).any() or (check[3:] > 1).any() \
+            or audit is not None and (audit > MAX_COUNT).any():
+        problems.append(f"{where}: its row counts or flags are out of range")
+    return problems
+
+
+def gt_rows(image, protocol):
+    """The GT rows a protocol counts: every row of the file (sgb, oi) or the distinct ones."""
+    return image.file_rows if protocol in LEGACY and protocol != "openpsg" else slice(None)
+
+
+def reference_counts(image, settings, protocol):
+    """The counts of a GT image without a prediction under a protocol that does not leave it out."""
+    rows = gt_rows(image, protocol)
+    counts = image_counts(image.relations[rows], image.zeroshot[rows], len(image.categories), np.zeros(0, np.int64),
+                          _NO_TRIPLETS, _NO_TRIPLETS, settings.k, settings.imr_k, settings.n_predicates, True, None,
+                          None if image.subsets is None else image.subsets[rows])
+    if protocol == "oi":
+        counts.update(oi_counts(image, None, settings))
+    return counts
+
+
+def _hit_problems(fields, settings, protocol, n_rows, where):
+    """check_record_counts' hit rules of one protocol's fields (n_rows: the GT rows it counts)."""
+    problems = []
+    for name, limit in HIT_LIMITS.items():
+        if name in fields and limit in fields:
+            bound = fields[limit][:, None] if name.startswith("subset_") else fields[limit]
+            if (fields[name] > bound).any():
+                problems.append(f"{where}: {protocol} field '{name}' counts more than its '{limit}'")
+    sums = {"a_hits": fields["gt_rel"].sum(), "imr_short": 1, "rank_sum": fields["rank_n"] * MAX_COUNT}
+    problems += [f"{where}: {protocol} field '{name}' is out of range" for name, bound in sums.items()
+                 if (fields[name] > bound).any()]
+    orders = {name: (axis, np.argsort(k_values(settings.k, n_rows), kind="stable")) for name, axis in K_AXES.items()}
+    orders.update({name: (0, np.argsort([int(k) for k in settings.imr_k], kind="stable"))
+                   for name in ("imr_hits", "imr_short")})
+    if protocol == "oi":
+        orders["oi_hits"] = 0, np.argsort(k_values(settings.k + (OI_SCORE_K,), n_rows), kind="stable")
+    problems += [f"{where}: {protocol} field '{name}' decreases as k grows" for name, (axis, order) in orders.items()
+                 if (np.diff(fields[name].take(order, axis=axis), axis=axis) < 0).any()]
+    return problems
+
+
+def _listed_problems(fields, ref, settings, protocol, where):
+    """check_record_counts' rules of the confusion cells and oi's listed rows."""
+    problems, cells, C = [], fields["confusion"], settings.n_predicates
+    if cells.size and (not settings.confusion_k or (cells[1] < 1).any() or len(np.unique(cells[0])) < cells.shape[1]
+                       or not np.array_equal(np.bincount(cells[0] // (C + 1), cells[1], C), ref["gt_rel"])):
+        problems.append(f"{where}: {protocol} confusion cells do not add up to its GT's triplets")
+    listed = fields.get("oi_dets")
+    if listed is not None and listed.size:
+        scores = ((listed[1].astype(np.uint64) << np.uint64(32)) | listed[2].astype(np.uint64)).view(np.float64)
+        if listed.shape[1] > OI_TOP or (listed[3:] > fields["oi_gt"]).any() or not np.isfinite(scores).all() \
+                or (scores <= OI_MIN_SCORE).any() or (np.diff(scores) > 0).any():
+            problems.append(f"{where}: oi listed rows are out of range or not ranked by score")
+    return problems
 
 
 def _state_arrays(state, keys, digest_size, n=None):
@@ -1584,8 +1769,8 @@ def _state_arrays(state, keys, digest_size, n=None):
             raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
                              + " and dtype uint8" * key.endswith("digests"))
     counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
-    if counts.size and (counts.min() < 1 or counts.max() > 2 ** 62):
-        raise ValueError("an update count below 1 or beyond 2**62")
+    if counts.size and (counts.min() < 1 or counts.max() > MAX_COUNT):
+        raise ValueError(f"an update count below 1 or beyond {MAX_COUNT}")
     return arrays
 
 
@@ -2141,7 +2326,7 @@ def pack_masks(masks_PHW):
 def _png_bytes(image):
     """The bytes of a GT image's panoptic PNG."""
     try:
-        with open(image.seg_path, "rb") as handle:
+        with open_regular(image.seg_path, f"image {image.image_id}'s panoptic PNG") as handle:
             return handle.read()
     except OSError as error:
         raise SGEvalError([f"{image.seg_path}: image {image.image_id}: cannot read panoptic PNG: {error}"]) from None
@@ -2196,23 +2381,34 @@ def prepared_gt_masks(image, cache=None):
     return bits, boxes
 
 
-GT_CACHE_FORMAT = b"sgeval prepared GT 1"  # in every key: a new layout never reads an old entry
-GT_CACHE_DISK_BYTES = int(os.environ.get("SGEVAL_GT_CACHE_MIB", 2048)) << 20  # on disk, per folder
-GT_CACHE_MEMORY_BYTES = int(os.environ.get("SGEVAL_GT_MEMORY_MIB", 256)) << 20  # in an Evaluator's memory
+GT_CACHE_FORMAT = b"sgeval prepared GT 2"  # in every key: a new layout never reads an old entry
+GT_CACHE_KEY_FILE = "sgeval.key"  # in a GT cache folder: the secret its entries are signed with
+GT_CACHE_DISK_MIB = 2048  # on disk, per folder, unless SGEVAL_GT_CACHE_MIB says otherwise
+GT_CACHE_MEMORY_MIB = 256  # in an Evaluator's memory, unless SGEVAL_GT_MEMORY_MIB says otherwise
+
+
+def gt_cache_bytes(name, default_mib):
+    """A GT cache bound in bytes from environment variable name (MiB, default_mib when unset)."""
+    return env_count(name, default_mib, high=1 << 30) << 20
 
 
 class GTCache:
     """Prepared GT images: each image's packed segments (LZ4) and their mask_boxes, kept in memory
     (up to memory_bytes) and in a folder (up to disk_bytes; the oldest entries go first), keyed by
     the SHA-256 of GT_CACHE_FORMAT, the entry's id, size and segment ids, and the PNG's bytes. An
-    entry is ``<key>.gt``: the SHA-256 of the rest, the length of the LZ4 bits (8 bytes, little
-    endian), the LZ4 bits, the boxes (int64). One that does not check out (truncated, tampered,
-    another layout) is ignored and written again. A performance feature only: the arrays are
-    those load_gt_masks and mask_boxes give."""
+    entry is ``<key>.gt``: its signature (HMAC-SHA-256 of its key and the rest, with the folder's
+    secret, GT_CACHE_KEY_FILE), the length of the LZ4 bits (8 bytes, little endian), the LZ4
+    bits, the boxes (int64). The secret is 32 random bytes in a file of the user that nobody else
+    can read or write (made again when it is not): whoever cannot read it cannot make an entry
+    that is used. One that does not check out (truncated, rewritten, another image's, another
+    layout, a special file) is ignored and written again. A performance feature only: the arrays
+    are those load_gt_masks and mask_boxes give."""
 
-    def __init__(self, folder=None, memory_bytes=0, disk_bytes=GT_CACHE_DISK_BYTES):
+    def __init__(self, folder=None, memory_bytes=0, disk_bytes=None):
+        if disk_bytes is None:
+            disk_bytes = gt_cache_bytes("SGEVAL_GT_CACHE_MIB", GT_CACHE_DISK_MIB)
         self.folder, self.memory_bytes, self.disk_bytes = folder, memory_bytes, disk_bytes
-        self.memory, self.memory_used, self.disk_used = {}, 0, None
+        self.memory, self.memory_used, self.disk_used, self.secret = {}, 0, None, None
 
     def __reduce__(self):  # to a worker process: the folder, not the memory
         return GTCache, (self.folder, 0, self.disk_bytes)
@@ -2237,28 +2433,37 @@ class GTCache:
     def store(self, key, bits, boxes):
         lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits))
         payload = len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes, "<i8").tobytes()
-        entry = hashlib.sha256(payload).digest() + payload
-        self._remember(key, entry)
+        self._remember(key, bytes(32) + payload)  # in memory: made here, not signed
         if self.folder is not None:
-            self._write(key, entry)
+            self._write(key, payload)
 
     def _remember(self, key, entry):
         if self.memory_used + len(entry) <= self.memory_bytes:
             self.memory[key] = entry
             self.memory_used += len(entry)
 
+    def _signature(self, key, payload):
+        """The HMAC of an entry's key and payload with the folder's secret (made when needed)."""
+        if self.secret is None:
+            path = os.path.join(self.folder, GT_CACHE_KEY_FILE)
+            self.secret = _own_secret(path) or _make_secret(path)
+        return hmac.new(self.secret, key.encode() + payload, hashlib.sha256).digest()
+
     def _read(self, key, limit):
+        """An entry of the folder whose signature checks out, or None."""
         try:
-            with open(os.path.join(self.folder, key + ".gt"), "rb") as handle:
-                return handle.read(limit)
-        except OSError:
+            with open_regular(os.path.join(self.folder, key + ".gt"), "a GT cache entry") as handle:
+                entry = handle.read(limit)
+            return entry if hmac.compare_digest(entry[:32], self._signature(key, entry[32:])) else None
+        except (OSError, ValueError):  # SGEvalError: not a regular file; ValueError: a NUL in the folder
             return None
 
-    def _write(self, key, entry):
+    def _write(self, key, payload):
         """Write an entry (a temporary file renamed: readers never see half of one), then keep
         the folder under disk_bytes. A folder that cannot be written is not used again."""
         try:
             os.makedirs(self.folder, exist_ok=True)
+            entry = self._signature(key, payload) + payload
             if self.disk_used is None:
                 self.disk_used = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(".gt"))
             with tempfile.NamedTemporaryFile(dir=self.folder, suffix=".tmp", delete=False) as handle:
@@ -2267,7 +2472,7 @@ class GTCache:
             self.disk_used += len(entry)
             if self.disk_used > self.disk_bytes:
                 self._evict()
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: a NUL in the folder's name
             log.warning("gt_cache %s: not used (%s)", self.folder, error)
             self.folder = None
 
@@ -2283,11 +2488,44 @@ class GTCache:
             self.disk_used -= size
 
 
-def _prepared_arrays(entry, n_segments, n_words):
-    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry, or None when it does not
-    check out."""
+def _own_secret(path):
+    """The 32 bytes of a GT cache's key file when it is a regular file of this user that nobody
+    else can read or write, else None."""
     try:
-        if len(entry) < 40 or hashlib.sha256(entry[32:]).digest() != entry[:32]:
+        with open_regular(path, "the GT cache key") as handle:
+            info, data = os.fstat(handle.fileno()), handle.read(33)
+    except (OSError, ValueError):  # SGEvalError (not a regular file) is a ValueError
+        return None
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid() and not info.st_mode & 0o077
+    return data if mine and len(data) == 32 else None
+
+
+def _make_secret(path):
+    """A new key file of 32 random bytes at path (readable by this user only), unless another
+    process made a valid one first; its bytes. OSError when none can be made."""
+    with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".tmp", delete=False) as handle:
+        handle.write(os.urandom(32))  # mode 0600
+    try:
+        os.link(handle.name, path)  # atomic, and never over a key another process has just made
+    except FileExistsError:
+        if _own_secret(path) is None:  # another user's, or readable by others: replaced
+            os.replace(handle.name, path)
+    except OSError:  # a file system without hard links
+        os.replace(handle.name, path)
+    finally:
+        if os.path.exists(handle.name):
+            os.remove(handle.name)
+    secret = _own_secret(path)
+    if secret is None:
+        raise OSError(f"cannot make its key file {path}")
+    return secret
+
+
+def _prepared_arrays(entry, n_segments, n_words):
+    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry (its signature checked or made
+    in memory), or None when it does not have the layout."""
+    try:
+        if len(entry) < 40:
             return None
         length = int.from_bytes(entry[32:40], "little")
         if 40 + length + n_segments * 40 != len(entry):

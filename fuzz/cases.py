@@ -656,8 +656,9 @@ def _state_special(draw, state, key, states):
         state["slots"] = slots
     elif key == "updates" and n:
         updates = state["updates"].astype(np.uint64 if draw(st.booleans()) else np.int64)
-        updates[draw(st.integers(0, n - 1))] = draw(st.sampled_from([0, 1, 2, 2 ** 62, 2 ** 63 - 1])) \
-            if updates.dtype == np.int64 else draw(st.sampled_from([2 ** 63, 2 ** 64 - 1, 3]))
+        values = [0, 1, 2, 2 ** 40, 2 ** 40 + 1, 2 ** 62, 2 ** 63 - 1] if updates.dtype == np.int64 \
+            else [2 ** 63, 2 ** 64 - 1, 3]
+        updates[draw(st.integers(0, n - 1))] = draw(st.sampled_from(values))
         state["updates"] = updates
     elif key == "digests":
         rows = draw(st.sampled_from([15, 17, 0, 16]))

@@ -203,7 +203,8 @@ def valid_config(values, fields):
         type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
         all(type(get(key, True)) is bool for key in ("per_predicate", "audit")),
         type(workers) is int and 1 <= workers <= 64,
-        get("gt_cache") in (None, True, False) or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
+        get("gt_cache") is None or type(get("gt_cache")) is bool  # (0 == False, but 0 is not a gt_cache value)
+        or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
         all(get(key) for key in ("gt", "pred")),
     ]
     if not all(checks):
@@ -377,9 +378,9 @@ def valid_update(image_id, arguments, mode, sizes, extra_ids, n_objects, n_predi
 STATE_KEYS = ("sgeval_state", "fingerprint", "slots", "updates", "digests", "offsets", "values", "extra_ids",
               "extra_updates", "extra_digests", "other_records")
 def _count(value):
-    """Whether an integer is an update count (1 to 2**62: the state holds int64 arrays, and two
-    counts add up)."""
-    return 1 <= int(value) <= 2 ** 62
+    """Whether an integer is an update count (1 to 2**40: more updates of one image are absurd, and
+    counts add up within int64)."""
+    return 1 <= int(value) <= 2 ** 40
 
 
 class _Invalid(Exception):
@@ -487,6 +488,6 @@ def merged_state(read, prior):
         for key, value in given.items():
             known = table.get(key)
             if known is not None and (known[0] != value[0] or not _count(known[1] + value[1])):
-                return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**62"
+                return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**40"
             table[key] = value if known is None else (known[0], known[1] + value[1], *known[2:])
     return True, sure, (*merged, prior_other + other)
