@@ -568,11 +568,15 @@ def read_regular(path, what, limit):
     SGEvalError for a larger one or one that cannot be read."""
     try:
         with open_regular(path, what) as handle:
-            data = handle.read(limit + 1)
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(limit + 1) if size <= limit else b""
+    except SGEvalError:
+        raise
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
         raise SGEvalError([f"{path}: cannot read {what}: {getattr(error, 'strerror', None) or error}"]) from None
-    if len(data) > limit:
-        raise SGEvalError([f"{path}: cannot read {what}: more than the {limit} bytes it may have"])
+    if size > limit or len(data) > limit:  # (it may grow while it is read)
+        raise SGEvalError([f"{path}: cannot read {what}: {max(size, len(data))} bytes, more than the {limit} it "
+                           f"may have"])
     return data
 
 
@@ -1546,7 +1550,7 @@ def _file_digest(path):
         return b""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "a file of the configuration") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     except OSError as error:
