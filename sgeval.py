@@ -392,6 +392,7 @@ import collections
 import collections.abc
 import concurrent.futures
 import dataclasses
+import errno
 import functools
 import gc
 import hashlib
@@ -555,10 +556,16 @@ def open_regular(path, what):
     """A binary file object of path after checking, on the open file, that it is a regular file (a
     FIFO, a device or a directory is refused without blocking: reading one can hang or never end).
     OSError when it cannot be opened, SGEvalError when it is not a regular file."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    kind = "not a regular file (a device, FIFO or socket)"
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as error:
+        if error.errno != errno.ENXIO:  # ENXIO: a socket
+            raise
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"]) from None
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         os.close(descriptor)
-        kind = "a directory" if os.path.isdir(path) else "not a regular file (a device, FIFO or socket)"
+        kind = "a directory" if os.path.isdir(path) else kind
         raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"])
     return os.fdopen(descriptor, "rb")
 
