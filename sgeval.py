@@ -1251,9 +1251,8 @@ class Evaluator:
         self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
         self.settings = settings_of(self.config, n_predicates, self.subsets)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
-        memory = gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)
-        self.gt_cache = GTCache(folder, memory) if self.settings.mode == "mask" and self.config.gt_cache is not False \
-            else None
+        self.gt_cache = GTCache(folder, gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)) \
+            if self.settings.mode == "mask" and self.config.gt_cache is not False else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
         self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
         self._references = {}  # (slot, protocol) -> reference_counts, for the states read
