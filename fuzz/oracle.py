@@ -491,3 +491,46 @@ def merged_state(read, prior):
                 return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**40"
             table[key] = value if known is None else (known[0], known[1] + value[1], *known[2:])
     return True, sure, (*merged, prior_other + other)
+
+
+ENV_RANGES = {"SGEVAL_MAX_IMAGE_PIXELS": (1, 2 ** 40), "SGEVAL_GT_CACHE_MIB": (0, 2 ** 30),
+              "SGEVAL_GT_MEMORY_MIB": (0, 2 ** 30)}  # the documented ranges (README, "Environment variables")
+
+
+def valid_env(name, value):
+    """Whether an environment variable's value is valid: unset or empty (the default), or ASCII
+    decimal digits (surrounding spaces allowed) within the variable's range."""
+    text = value.strip(" \t\n\r\x0b\x0c")
+    low, high = ENV_RANGES[name]
+    return not text or bool(re.fullmatch("[0-9]+", text)) and low <= int(text) <= high
+
+
+_OUR_TAGS = re.compile(r"</?(ins|sup)>")  # the only HTML the report writes
+
+
+def markdown_problem(text):
+    """Why a Markdown report does not show its names as text (a row with another number of cells,
+    a line that is not a table row inside a table, a link or image that can start, HTML, code,
+    math or a control character), or None."""
+    for block in (block for block in text.split("\n\n") if block.startswith("|")):
+        lines = block.splitlines()
+        if not all(line.startswith("|") and line.endswith("|") for line in lines):
+            return f"a table line is not a row: {lines!r:.200}"
+        if len({len(re.split(r"(?<!\\)\|", line)) for line in lines if not line.startswith("|-")}) != 1:
+            return f"a row has another number of cells: {lines!r:.200}"
+    ours_removed = _OUR_TAGS.sub("", text)
+    if re.search(r"(?<!\\)[\[`~$]", ours_removed) or "<" in ours_removed:
+        return "a link, image, code, math or HTML tag can start"
+    if re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", text):
+        return "a control character or line separator"
+    return None
+
+
+def table_number_problem(text):
+    """Why a rendered report shows a number that is not one (inf, nan), or None."""
+    for line in text.splitlines():
+        cells = [re.sub(r"\*\*|</?ins>|\\textbf\{|\\underline\{|\}", "", cell).strip()
+                 for cell in re.split(r"(?<!\\)\||(?<!\\)&|,", line)]
+        if any(re.fullmatch(r"-?(inf|nan)", cell, re.IGNORECASE) for cell in cells):
+            return f"a number shows as inf or nan: {line!r:.200}"
+    return None
