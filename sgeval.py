@@ -1694,23 +1694,36 @@ def check_record_counts(image, columns, counts, settings, reference):
         return [f"{where}: its predicate columns are not its GT's predicates"]
     problems = []
     for protocol in settings.protocols:
-        fields, ref = counts[protocol], reference(protocol)
-        names = [name for name in settings_shapes(settings, protocol) if not name.startswith("oi_")]
-        left_out = protocol in LEGACY and not any(fields[name].any() for name in names) \
-            and not fields["confusion"].size
-        for name in (GT_FIELDS if not left_out else ("oi_gt", "oi_npos")):
-            expected = ref.get(name)
-            if expected is not None and not np.array_equal(fields[name], expected[..., columns] if name in
-                                                               PER_PREDICATE_FIELDS else expected):
-                problems.append(f"{where}: {protocol} field '{name}' is not its GT's ({fields[name].tolist()!r:.60})")
-        if problems or left_out and protocol != "oi":
-            continue
-        problems += _hit_problems(fields, settings, protocol, len(image.relations[gt_rows(image, protocol)]), where)
-        problems += _listed_problems(fields, ref, settings, protocol, where)
+        problems += _protocol_problems(counts[protocol], columns, reference(protocol), settings, protocol,
+                                       len(image.relations[gt_rows(image, protocol)]), f"{where}: {protocol}")
     check, audit = counts["check"], counts["audit"]  # CHECK_FIELDS: rows, two parts of them, three flags
     if (check > MAX_COUNT).any() or (check[1:3] > check[0]).any() or (check[3:] > 1).any() \
             or audit is not None and (audit > MAX_COUNT).any():
         problems.append(f"{where}: its row counts or flags are out of range")
+    return problems
+
+
+def _protocol_problems(fields, columns, ref, settings, protocol, n_rows, where):
+    """check_record_counts' rules for one protocol's fields (n_rows: the GT rows it counts)."""
+    names = [name for name in settings_shapes(settings, protocol) if not name.startswith("oi_")]
+    left_out = protocol in LEGACY and not any(fields[name].any() for name in names) and not fields["confusion"].size
+    problems = [f"{where} field '{name}' is not its GT's ({fields[name].tolist()!r:.60})"
+                for name in (GT_FIELDS if not left_out else ("oi_gt", "oi_npos")) if name in ref and not
+                np.array_equal(fields[name], ref[name][..., columns] if name in PER_PREDICATE_FIELDS else ref[name])]
+    if problems:
+        return problems
+    problems += _hit_problems(fields, settings, protocol, n_rows, where)  # (all zero when left out)
+    cells, C = fields["confusion"], settings.n_predicates
+    if not left_out and (np.bincount(cells[0] // (C + 1), cells[1], C) != (ref["gt_rel"] if settings.confusion_k
+                                                                          else 0)).any() \
+            or cells.size and ((cells[1] < 1).any() or len(np.unique(cells[0])) < cells.shape[1]):
+        problems.append(f"{where} confusion cells do not add up to its GT's triplets")
+    listed = fields.get("oi_dets")
+    if listed is not None and listed.size:
+        scores = ((listed[1].astype(np.uint64) << np.uint64(32)) | listed[2].astype(np.uint64)).view(np.float64)
+        if listed.shape[1] > OI_TOP or (listed[3:] > fields["oi_gt"]).any() or not np.isfinite(scores).all() \
+                or (scores <= OI_MIN_SCORE).any() or (np.diff(scores) > 0).any():
+            problems.append(f"{where} listed rows are out of range or not ranked by score")
     return problems
 
 
@@ -1737,32 +1750,17 @@ def _hit_problems(fields, settings, protocol, n_rows, where):
         if name in fields and limit in fields:
             bound = fields[limit][:, None] if name.startswith("subset_") else fields[limit]
             if (fields[name] > bound).any():
-                problems.append(f"{where}: {protocol} field '{name}' counts more than its '{limit}'")
+                problems.append(f"{where} field '{name}' counts more than its '{limit}'")
     sums = {"a_hits": fields["gt_rel"].sum(), "imr_short": 1, "rank_sum": fields["rank_n"] * MAX_COUNT}
-    problems += [f"{where}: {protocol} field '{name}' is out of range" for name, bound in sums.items()
+    problems += [f"{where} field '{name}' is out of range" for name, bound in sums.items()
                  if (fields[name] > bound).any()]
     orders = {name: (axis, np.argsort(k_values(settings.k, n_rows), kind="stable")) for name, axis in K_AXES.items()}
     orders.update({name: (0, np.argsort([int(k) for k in settings.imr_k], kind="stable"))
                    for name in ("imr_hits", "imr_short")})
     if protocol == "oi":
         orders["oi_hits"] = 0, np.argsort(k_values(settings.k + (OI_SCORE_K,), n_rows), kind="stable")
-    problems += [f"{where}: {protocol} field '{name}' decreases as k grows" for name, (axis, order) in orders.items()
+    problems += [f"{where} field '{name}' decreases as k grows" for name, (axis, order) in orders.items()
                  if (np.diff(fields[name].take(order, axis=axis), axis=axis) < 0).any()]
-    return problems
-
-
-def _listed_problems(fields, ref, settings, protocol, where):
-    """check_record_counts' rules of the confusion cells and oi's listed rows."""
-    problems, cells, C = [], fields["confusion"], settings.n_predicates
-    if cells.size and (not settings.confusion_k or (cells[1] < 1).any() or len(np.unique(cells[0])) < cells.shape[1]
-                       or not np.array_equal(np.bincount(cells[0] // (C + 1), cells[1], C), ref["gt_rel"])):
-        problems.append(f"{where}: {protocol} confusion cells do not add up to its GT's triplets")
-    listed = fields.get("oi_dets")
-    if listed is not None and listed.size:
-        scores = ((listed[1].astype(np.uint64) << np.uint64(32)) | listed[2].astype(np.uint64)).view(np.float64)
-        if listed.shape[1] > OI_TOP or (listed[3:] > fields["oi_gt"]).any() or not np.isfinite(scores).all() \
-                or (scores <= OI_MIN_SCORE).any() or (np.diff(scores) > 0).any():
-            problems.append(f"{where}: oi listed rows are out of range or not ranked by score")
     return problems
 
 
