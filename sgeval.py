@@ -1688,7 +1688,9 @@ def check_record_counts(image, columns, counts, settings, reference):
     rows or None}, "audit": array or None, "check": array} as unpack_record gives them
     (per-predicate fields at the columns); reference(protocol) the counts of the image without a
     prediction. The GT's counts must be the image's (or all zero where a protocol leaves the
-    image out), hits at most what they hit, non-decreasing in k, every count within MAX_COUNT."""
+    image out), each hit count at most the GT count it counts hits of (HIT_LIMITS) and
+    non-decreasing in k, the confusion cells must add up to the GT's triplets, every count
+    within MAX_COUNT."""
     where = f"state_dict: image {image.image_id}"
     if not np.array_equal(columns, np.unique(image.relations[:, 2])):
         return [f"{where}: its predicate columns are not its GT's predicates"]
