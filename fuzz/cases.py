@@ -835,14 +835,16 @@ def report(draw, base):
     document = json.loads(base["results.json"])
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["name", "number", "json"]))
-        if kind == "name":
+        section = draw(st.sampled_from(["metrics", "gt_relations_per_predicate"]))
+        if not isinstance(document, dict):  # an earlier edit replaced the whole document
+            break
+        if kind == "name" and isinstance(document.get("config"), dict):
             document["config"]["model"] = draw(_MARKDOWN | _TEXT | st.builds(lambda a, b: a + b, _MARKDOWN, _TEXT))
-        elif kind == "number":
-            section = draw(st.sampled_from(["metrics", "gt_relations_per_predicate"]))
+        elif kind == "number" and isinstance(document.get(section), dict) and document[section]:
             key = draw(st.sampled_from(sorted(document[section])))
             document[section][key] = draw(st.sampled_from([10 ** 400, -(10 ** 400), 1e308, -1e308, 2 ** 53, 2 ** 53 + 1,
                                                            -1, 0.5, 1e-300, 5]))
-        else:
+        elif kind == "json":
             path = _paths(draw, document)
             if path:
                 _set_path(document, path, draw(st.just(DELETE) | JSON_VALUES))
