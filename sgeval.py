@@ -1261,10 +1261,11 @@ class Evaluator:
 
     def __getstate__(self):  # pickle and copy: the updates evaluated, no threads
         self._drain()
-        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None, "_references": {}}
+        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None, "_references": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._references = {}
         self._free = threading.BoundedSemaphore(2 * self.config.workers)
 
     def reset(self):
