@@ -11,7 +11,7 @@ prior (updates, or the name of a valid state, applied first), image_id and argum
 (Evaluator.update's), state (given to load_state_dict and to merge), impossible (how one record
 of the state is made impossible). The command readers (fuzz/commands.py) add: ``special``
 command, target (the file made special) and kind; ``env`` env (variable -> value) and command;
-``report`` argv (sgeval report's).
+``report`` report_argv (sgeval report's).
 """
 
 import collections
@@ -850,7 +850,7 @@ def report(draw, base):
                 _set_path(document, path, draw(st.just(DELETE) | JSON_VALUES))
     argv = ["results.json", "--format", draw(st.sampled_from(["markdown", "latex", "csv"])), "--tables",
             draw(st.sampled_from(["main", "all"]))]
-    return {"files": {"results.json": json.dumps(document).encode()}, "argv": argv}
+    return {"files": {"results.json": json.dumps(document).encode()}, "report_argv": argv}
 
 
 STRATEGIES = {"pred_json": pred_json, "zip": zip_structure, "tiff": tiff, "gt_json": gt_json, "png": png,

@@ -29,32 +29,35 @@ ENV_READ_BY = {"evaluate": ("SGEVAL_MAX_IMAGE_PIXELS", "SGEVAL_GT_CACHE_MIB", "S
 
 def run(case, same_metrics, sgeval):
     """(outcome, detail) of a case of READERS in the current folder (a copy of the base
-    workspace); same_metrics(results) says whether results are the base workspace's."""
+    workspace); same_metrics(results) says whether results are the base workspace's. A case
+    without its reader's keys runs the command on the unbroken workspace."""
+    argv = case.get("report_argv", ["results.json"])
     try:
         result = _RUNNERS[case["reader"]](case, sgeval)
     except sgeval.SGEvalError as error:
         return _refusal(case, error.problems)
     if case["reader"] == "special":
-        if (case["target"], case["kind"]) == ("raw.pkl", "directory"):  # a folder of per-image files (none)
+        if (case.get("target"), case.get("kind")) == ("raw.pkl", "directory"):  # a folder of per-image files (none)
             return "accepted", ""
-        if case["target"] not in CACHE_TARGETS:
+        if case.get("target") not in (*CACHE_TARGETS, None):
             return "silent", f"a {case['kind']} as {case['target']} accepted by {case['command']}"
         return ("accepted", "") if same_metrics(result) else ("silent", "a special GT cache file changed the results")
     if case["reader"] == "env":
-        invalid = [name for name in ENV_READ_BY[case["command"]] if name in case["env"]
+        invalid = [name for name in ENV_READ_BY[case.get("command", "evaluate")] if name in case.get("env", {})
                    and not valid_env(name, case["env"][name])]
         return ("silent", f"{case['command']} accepted {invalid[0]}={case['env'][invalid[0]]!r}") if invalid \
             else ("accepted", "")
-    problem = table_number_problem(result) or (markdown_problem(result) if "markdown" in case["argv"] else None)
+    problem = table_number_problem(result) or (markdown_problem(result) if "latex" not in argv and "csv" not in argv
+                                                else None)
     return ("silent", problem) if problem else ("accepted", "")
 
 
 def _refusal(case, problems):
     first = problems[0][:300] if problems else "an error without problems"
-    if case["reader"] == "special" and case["target"] in CACHE_TARGETS:
+    if case["reader"] == "special" and case.get("target") in CACHE_TARGETS:
         return "refused", f"a special GT cache file made the evaluation fail: {first}"
     if case["reader"] == "env":
-        named = [name for name in case["env"] if f"environment variable {name}=" in first]
+        named = [name for name in case.get("env", {}) if f"environment variable {name}=" in first]
         if named and valid_env(named[0], case["env"][named[0]]):
             return "refused", f"a valid value refused: {first}"
     return "error", first
@@ -119,7 +122,9 @@ def _convert_readers():
 
 
 def _special(case, sgeval):
-    target = case["target"]
+    target = case.get("target")
+    if target is None:  # the unbroken workspace
+        return _evaluation(sgeval)
     if target in CACHE_TARGETS:  # a warm cache first: the entry exists, then it is replaced
         _evaluation(sgeval)
     path = _special_path(target, sgeval)
@@ -157,10 +162,10 @@ class _Problems(list):
 
 
 def _env(case, sgeval):
-    with _environment(case["env"]):
-        if case["command"] == "report":
+    with _environment(case.get("env", {})):
+        if case.get("command") == "report":
             return _report(["results.json"], sgeval)
-        if case["command"] == "openimages":
+        if case.get("command") == "openimages":
             from sgeval_convert import openimages
             problems = _Problems()
             entry = {"img_fn": "a", "img_size": [16, 12], "bbox": [[0, 0, 1, 1]], "det_labels": [0], "rel": [[0, 0, 0]]}
@@ -168,4 +173,5 @@ def _env(case, sgeval):
         return _evaluation(sgeval)
 
 
-_RUNNERS = {"special": _special, "env": _env, "report": lambda case, sgeval: _report(case["argv"], sgeval)}
+_RUNNERS = {"special": _special, "env": _env,
+            "report": lambda case, sgeval: _report(case.get("report_argv", ["results.json"]), sgeval)}
