@@ -61,8 +61,11 @@ import collections
 import collections.abc
 import concurrent.futures
 import dataclasses
+import errno
+import functools
 import gc
 import hashlib
+import hmac
 import importlib
 import io
 import itertools
@@ -74,6 +77,7 @@ import os
 import re
 import reprlib
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -106,9 +110,9 @@ __all__ = [  # the public API; the other names are the parts it is made of
 
 log = logging.getLogger("sgeval")
 
-# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work. They
-# release the GIL: an Evaluator's threads run them while the model's thread runs Python.
-_JIT_CACHE = not os.environ.get("SGEVAL_NO_JIT_CACHE")
+# Compiled kernels are cached beside this file; set SGEVAL_NO_JIT_CACHE=1 where that cannot work (read
+# when they are compiled). They release the GIL: an Evaluator's threads run them while the model's
+# thread runs Python.
 _KERNELS, _KERNELS_LOCK = [], threading.Lock()  # the functions @_kernel marks, compiled at the first call of one
 
 
@@ -135,8 +139,9 @@ def _numba_kernels():
     with _KERNELS_LOCK:  # an Evaluator's threads may call their first kernels at once
         if isinstance(module[_KERNELS[-1]], _Kernel):
             import numba  # noqa: PLC0415 - on first use: it takes longer to import than the rest of sgeval
+            cache = not os.environ.get("SGEVAL_NO_JIT_CACHE")  # any non-empty value: no cache
             for name in _KERNELS:
-                module[name] = numba.njit(cache=_JIT_CACHE, nogil=True)(module[name].py_func)
+                module[name] = numba.njit(cache=cache, nogil=True)(module[name].py_func)
     return module
 
 METRIC_FAMILIES = ("R", "mR", "ngR", "mNgR", "F1", "PR", "InstR", "Rinf", "PRank", "zR", "ngzR", "IMR", "wIMR", "A")
@@ -163,7 +168,7 @@ VOID_ID = 0  # a panoptic PNG's pixels of this id are VOID (panoptic quality lea
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line separators str.splitlines knows
 MAX_WORKERS = 64
 MAX_INSTANCES = 10_000  # instances of one prediction record
-MAX_IMAGE_PIXELS = int(os.environ.get("SGEVAL_MAX_IMAGE_PIXELS", 1 << 26))  # height x width of a GT image
+MAX_IMAGE_PIXELS = 1 << 26  # height x width of a GT image, unless SGEVAL_MAX_IMAGE_PIXELS says otherwise
 
 
 MAX_PROBLEMS = 1000  # problem lines of one pass that are kept and shown; the rest are counted
@@ -206,6 +211,58 @@ class ProblemList(list):
 
     def __len__(self):
         return self.count
+
+
+def env_count(name, default, low=0, high=1 << 40):
+    """The whole number in environment variable name (default when it is unset or empty), read
+    when it is used; SGEvalError for anything but decimal digits within [low, high]."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not re.fullmatch("[0-9]{1,20}", text) or not low <= int(text) <= high:
+        raise SGEvalError([f"environment variable {name}={text[:40]!r}: expected a whole number from {low} to "
+                           f"{high}"])
+    return int(text)
+
+
+def max_image_pixels():
+    """The largest height x width of a GT image: SGEVAL_MAX_IMAGE_PIXELS, default MAX_IMAGE_PIXELS."""
+    return env_count("SGEVAL_MAX_IMAGE_PIXELS", MAX_IMAGE_PIXELS, low=1)
+
+
+def open_regular(path, what):
+    """A binary file object of path after checking, on the open file, that it is a regular file (a
+    FIFO, a device or a directory is refused without blocking: reading one can hang or never end).
+    OSError when it cannot be opened, SGEvalError when it is not a regular file."""
+    kind = "not a regular file (a device, FIFO or socket)"
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as error:
+        if error.errno != errno.ENXIO:  # ENXIO: a socket
+            raise
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"]) from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        kind = "a directory" if os.path.isdir(path) else kind
+        raise SGEvalError([f"{path}: cannot read {what}: it is {kind}"])
+    return os.fdopen(descriptor, "rb")
+
+
+def read_regular(path, what, limit):
+    """The bytes of a regular file (open_regular) of at most limit bytes, counted while reading;
+    SGEvalError for a larger one or one that cannot be read."""
+    try:
+        with open_regular(path, what) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(limit + 1) if size <= limit else b""
+    except SGEvalError:
+        raise
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise SGEvalError([f"{path}: cannot read {what}: {getattr(error, 'strerror', None) or error}"]) from None
+    if size > limit or len(data) > limit:  # (it may grow while it is read)
+        raise SGEvalError([f"{path}: cannot read {what}: {max(size, len(data))} bytes, more than the {limit} it "
+                           f"may have"])
+    return data
 
 
 def _regular_file(path, what):
@@ -690,6 +747,7 @@ def _compact_entry(entry):
 def read_gt(gt_path, seg_root=None):
     """Read psg.json (entry by entry: memory holds arrays, not the parsed JSON); every structural
     problem is collected into one SGEvalError."""
+    max_pixels = max_image_pixels()
     data = _load_annotations(gt_path, ("data", "thing_classes", "stuff_classes", "predicate_classes",
                                        "test_image_ids"))
     objects, predicates = data["thing_classes"] + data["stuff_classes"], data["predicate_classes"]
@@ -711,9 +769,9 @@ def read_gt(gt_path, seg_root=None):
                 [f"{where}: {text}" for text in entry.problems.values()]
             continue
         seen.add(entry.image_id)
-        if entry.height * entry.width > MAX_IMAGE_PIXELS:
+        if entry.height * entry.width > max_pixels:
             problems.append(f"{where}: height x width {entry.height} x {entry.width} exceeds the limit of "
-                            f"{MAX_IMAGE_PIXELS} pixels (environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
+                            f"{max_pixels} pixels (environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
             continue
         relations, categories, boxes = entry.relations, entry.categories, entry.boxes
         if len(relations) == 0:
@@ -911,19 +969,21 @@ class Evaluator:
         self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
         self.settings = settings_of(self.config, n_predicates, self.subsets, self.gt)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
-        self.gt_cache = GTCache(folder, GT_CACHE_MEMORY_BYTES) if self.settings.mode == "mask" \
-            and self.config.gt_cache is not False else None
+        self.gt_cache = GTCache(folder, gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)) \
+            if self.settings.mode == "mask" and self.config.gt_cache is not False else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
         self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
+        self._references = {}  # (slot, protocol) -> reference_counts, for the states read
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
         self.reset()
 
     def __getstate__(self):  # pickle and copy: the updates evaluated, no threads
         self._drain()
-        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None}
+        return {**self.__dict__, "_pool": None, "_running": {}, "_free": None, "_references": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._references = {}
         self._free = threading.BoundedSemaphore(2 * self.config.workers)
 
     def reset(self):
@@ -938,7 +998,7 @@ class Evaluator:
                triplet_scores=None, ng_triplet_scores=None, row_lists=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
-        image_id = str(image_id)
+        image_id = _image_id_text(image_id)
         slot, where = self.slot_of.get(image_id), f"Evaluator.update: image {image_id}"
         if slot is None and image_id not in self.gt.skipped:
             raise SGEvalError([self._unknown_image(image_id, where)])
@@ -1022,8 +1082,9 @@ class Evaluator:
 
     def _drain(self, finished_only=False, raise_problems=True):
         """Store the records of the evaluated updates (all: after waiting for them). An image whose
-        evaluation failed is forgotten, and its problems are raised."""
-        problems = []
+        evaluation failed is forgotten, and its problems are raised (any other exception once,
+        noting the image, after every finished record is stored)."""
+        problems, failure = [], None
         for slot in [slot for slot, future in self._running.items() if future.done() or not finished_only]:
             try:
                 values = self._running.pop(slot).result()
@@ -1031,6 +1092,13 @@ class Evaluator:
             except SGEvalError as error:
                 del self.images[slot]
                 problems += error.problems
+            except Exception as error:  # noqa: BLE001 -- raised below, once, the image forgotten
+                del self.images[slot]
+                error.add_note(f"sgeval: evaluating image {self.gt.images[slot].image_id} failed; its update "
+                               f"is not counted")
+                failure = failure or error
+        if failure is not None and raise_problems:
+            raise failure
         if problems and raise_problems:
             raise SGEvalError(problems)
 
@@ -1048,8 +1116,8 @@ class Evaluator:
         if known is not None and known.digest != record.digest:
             raise SGEvalError([f"image {image_id}: updated twice with different predictions (a padded "
                                f"duplicate must repeat the same arrays)"])
-        if known is not None and known.updates + record.updates > 2 ** 62:
-            raise SGEvalError([f"image {image_id}: more than 2**62 updates"])
+        if known is not None and known.updates + record.updates > MAX_COUNT:
+            raise SGEvalError([f"image {image_id}: more than {MAX_COUNT} updates"])
         table[key] = record if known is None else known._replace(updates=known.updates + record.updates)
 
     def state_dict(self):
@@ -1081,6 +1149,8 @@ class Evaluator:
         an image add up). Nothing changes when it fails."""
         self._drain()
         images, extra, other_records = self._read_state(other.state_dict() if isinstance(other, Evaluator) else other)
+        if self.other_records + other_records > MAX_COUNT:
+            raise SGEvalError([f"state_dict: more than {MAX_COUNT} records of other images in all"])
         saved = self.images, self.extra
         self.images, self.extra = dict(self.images), dict(self.extra)
         try:
@@ -1103,7 +1173,14 @@ class Evaluator:
             if dist is None or not dist.is_available() or not dist.is_initialized():
                 return self
             all_gather_object, world_size = dist.all_gather_object, dist.get_world_size()
-        gathered = [None] * world_size
+        if not callable(all_gather_object):
+            raise SGEvalError([f"Evaluator.sync: all_gather_object must be callable as all_gather_object(output_list, "
+                               f"obj), not a {type(all_gather_object).__name__}"])
+        if not isinstance(world_size, (int, np.integer)) or isinstance(world_size, bool) \
+                or not 1 <= world_size <= MAX_RANKS:
+            raise SGEvalError([f"Evaluator.sync: world_size must be the number of ranks, an integer from 1 to "
+                               f"{MAX_RANKS}, not {reprlib.repr(world_size)}"])
+        gathered = [None] * int(world_size)
         all_gather_object(gathered, self.state_dict())
         if all(_same_state(state, gathered[0]) for state in gathered[1:]):  # synced already, nothing new
             gathered = gathered[:1]
@@ -1112,7 +1189,7 @@ class Evaluator:
         try:
             for state in gathered:
                 self.merge(state)
-        except SGEvalError:
+        except BaseException:
             self.images, self.extra, self.other_records = saved
             raise
         return self
@@ -1141,9 +1218,22 @@ class Evaluator:
                                f"the sgeval version, mode, task, protocols, k, imr_k, iou_threshold, audit, "
                                f"confusion_k or subsets differ); states merge only under the same one"])
         try:
-            return _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
+            images, extra, other_records = _state_records(state, len(self.gt.images), self.gt.skipped, self.settings)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
             raise SGEvalError([f"{where}: malformed state: {type(error).__name__}: {error}"]) from None
+        problems = ProblemList()
+        for slot, record in images.items():
+            problems += check_record_counts(self.gt.images[slot], *unpack_record(record.values, self.settings),
+                                            self.settings, functools.partial(self._reference, slot))
+        if problems:
+            raise SGEvalError(problems)
+        return images, extra, other_records
+
+    def _reference(self, slot, unit):
+        """A unit's gt_counts of a GT slot (made once)."""
+        if (slot, unit.name) not in self._references:
+            self._references[slot, unit.name] = unit.gt_counts(self.gt.images[slot], self.settings)
+        return self._references[slot, unit.name]
 
     def compute(self, missing="empty"):
         """The results dict (as ``evaluate`` returns it) of the updates so far; the state is left
@@ -1192,6 +1282,16 @@ class Evaluator:
 
 
 DIGEST = 16  # bytes of an update's digest
+MAX_RANKS = 1 << 20  # Evaluator.sync: the most ranks a world_size may say
+
+
+def _image_id_text(image_id):
+    """str(image_id) for Evaluator.update; SGEvalError when that fails."""
+    try:
+        return str(image_id)
+    except Exception as error:  # noqa: BLE001 -- any object may be given; its __str__ may raise anything
+        raise SGEvalError([f"Evaluator.update: the image id (a {type(image_id).__name__}) cannot be made a "
+                           f"string: str() raised {type(error).__name__}"]) from None
 
 
 def _same_state(a, b):
@@ -1199,7 +1299,7 @@ def _same_state(a, b):
     try:
         return a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) if isinstance(a[key], np.ndarray)
                                             else a[key] == b[key] for key in a)
-    except (AttributeError, TypeError, ValueError):
+    except Exception:  # noqa: BLE001 -- anything a stand-in gathered: not the same (merge says what is wrong)
         return False
 
 
@@ -1227,7 +1327,7 @@ def _file_digest(path):
         return b""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "a file of the configuration") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     except OSError as error:
@@ -1337,9 +1437,60 @@ def _state_records(state, n_slots, skipped, settings):
     extra_updates, extra_digests = _state_arrays(state, ("extra_updates", "extra_digests"), DIGEST, len(extra_ids))
     extra = {image_id: ImageRecord(digest.tobytes(), count, None)
              for image_id, count, digest in zip(extra_ids, extra_updates.tolist(), extra_digests)}
-    if type(state["other_records"]) is not int or state["other_records"] < 0:
-        raise ValueError("'other_records' must be a count")
+    if type(state["other_records"]) is not int or not 0 <= state["other_records"] <= MAX_COUNT:
+        raise ValueError(f"'other_records' must be a count (at most {MAX_COUNT})")
     return images, extra, state["other_records"]
+
+
+MAX_COUNT = 1 << 40  # a state's rows, audit counts, ranks per GT row and updates of an image are at most this
+
+
+def check_record_counts(image, columns, blocks, audit, check, settings, reference):
+    """The problems of one image's record read from a state, which cannot all come from one
+    prediction of it: unpack_record's arrays; reference(unit) the unit's gt_counts of the image.
+    Each unit checks its own fields (count_problems: the GT's counts are the image's, hits at most
+    what they count and not decreasing as k grows, ...); the check and audit counts are bounded."""
+    where = f"state_dict: image {image.image_id}"
+    if not np.array_equal(columns, np.unique(image.relations[:, 2])):
+        return [f"{where}: its predicate columns are not its GT's predicates"]
+    problems = []
+    for unit in run_units(settings):
+        problems += unit.count_problems(blocks[unit.name], columns, reference(unit), settings, f"{where}: {unit.name}")
+    if (check > MAX_COUNT).any() or (check[1:3] > check[0]).any() or (check[3:] > 1).any() \
+            or audit is not None and (audit > MAX_COUNT).any():  # CHECK_FIELDS: rows, two parts of them, three flags
+        problems.append(f"{where}: its row counts or flags are out of range")
+    return problems
+
+
+def field_problems(fields, columns, reference, unit_fields, settings, where):
+    """The rules every unit's fields follow (CountField.gt_only, .limit, cut-off axes): the GT's
+    counts equal reference's (per-predicate ones at the columns), each hit count at most the count
+    it is bounded by, and hits not decreasing as the cut-off grows (k resolved for the image's GT
+    rows in reference)."""
+    declared = {field.name: field for field in unit_fields}
+    problems = [f"{where} field '{name}' is not its GT's ({fields[name].tolist()!r:.60})"
+                for name, field in declared.items() if field.gt_only and not np.array_equal(
+                    fields[name], reference[name][..., columns] if field.per_predicate else reference[name])]
+    if problems:
+        return problems
+    for name, field in declared.items():
+        if field.limit is not None:
+            bound = fields[field.limit]
+            if 1 < bound.ndim < fields[name].ndim:  # (S, C) bounds (S, K, C)
+                bound = bound.reshape(bound.shape[:1] + (1,) * (fields[name].ndim - bound.ndim) + bound.shape[1:])
+            if (fields[name] > bound).any():
+                problems.append(f"{where} field '{name}' counts more than its '{field.limit}'")
+        for axis, order in cutoff_orders(field, settings, int(reference.get("n_rows", 0))):
+            if (np.diff(fields[name].take(order, axis=axis), axis=axis) < 0).any():
+                problems.append(f"{where} field '{name}' decreases as k grows")
+    return problems
+
+
+def cutoff_orders(field, settings, n_rows):
+    """(axis, the order of its cut-offs by size) of a field's cut-off axes (K, K+1, IMR)."""
+    cutoffs = {"K": settings.k, "K+1": settings.k + (OI_SCORE_K,), "IMR": settings.imr_k}
+    return [(axis, np.argsort(k_values(cutoffs[dim], n_rows), kind="stable"))
+            for axis, dim in enumerate(field.dims) if dim in cutoffs]
 
 
 def _state_arrays(state, keys, digest_size, n=None):
@@ -1355,8 +1506,8 @@ def _state_arrays(state, keys, digest_size, n=None):
             raise ValueError(f"'{key}' must be an integer array of shape {shapes[key]}"
                              + " and dtype uint8" * key.endswith("digests"))
     counts = arrays[keys.index("updates") if "updates" in keys else keys.index("extra_updates")]
-    if counts.size and (counts.min() < 1 or counts.max() > 2 ** 62):
-        raise ValueError("an update count below 1 or beyond 2**62")
+    if counts.size and (counts.min() < 1 or counts.max() > MAX_COUNT):
+        raise ValueError(f"an update count below 1 or beyond {MAX_COUNT}")
     return arrays
 
 
@@ -2025,7 +2176,7 @@ def pack_masks(masks_PHW):
 def _png_bytes(image):
     """The bytes of a GT image's panoptic PNG."""
     try:
-        with open(image.seg_path, "rb") as handle:
+        with open_regular(image.seg_path, f"image {image.image_id}'s panoptic PNG") as handle:
             return handle.read()
     except OSError as error:
         raise SGEvalError([f"{image.seg_path}: image {image.image_id}: cannot read panoptic PNG: {error}"]) from None
@@ -2092,22 +2243,33 @@ def _prepared_gt(image, cache=None):
 
 
 GT_CACHE_FORMAT = b"sgeval prepared GT 2"  # in every key: a new layout never reads an old entry (2: a VOID row)
-GT_CACHE_DISK_BYTES = int(os.environ.get("SGEVAL_GT_CACHE_MIB", 2048)) << 20  # on disk, per folder
-GT_CACHE_MEMORY_BYTES = int(os.environ.get("SGEVAL_GT_MEMORY_MIB", 256)) << 20  # in an Evaluator's memory
+GT_CACHE_KEY_FILE = "sgeval.key"  # in a GT cache folder: the secret its entries are signed with
+GT_CACHE_DISK_MIB = 2048  # on disk, per folder, unless SGEVAL_GT_CACHE_MIB says otherwise
+GT_CACHE_MEMORY_MIB = 256  # in an Evaluator's memory, unless SGEVAL_GT_MEMORY_MIB says otherwise
+
+
+def gt_cache_bytes(name, default_mib):
+    """A GT cache bound in bytes from environment variable name (MiB, default_mib when unset)."""
+    return env_count(name, default_mib, high=1 << 30) << 20
 
 
 class GTCache:
     """Prepared GT images: each image's packed segments (LZ4) and their mask_boxes, kept in memory
     (up to memory_bytes) and in a folder (up to disk_bytes; the oldest entries go first), keyed by
     the SHA-256 of GT_CACHE_FORMAT, the entry's id, size and segment ids, and the PNG's bytes. An
-    entry is ``<key>.gt``: the SHA-256 of the rest, the length of the LZ4 bits (8 bytes, little
-    endian), the LZ4 bits, the boxes (int64). One that does not check out (truncated, tampered,
-    another layout) is ignored and written again. A performance feature only: the arrays are
-    those load_gt_masks and mask_boxes give."""
+    entry is ``<key>.gt``: its signature (HMAC-SHA-256 of its key and the rest, with the folder's
+    secret, GT_CACHE_KEY_FILE), the length of the LZ4 bits (8 bytes, little endian), the LZ4
+    bits, the boxes (int64). The secret is 32 random bytes in a file of the user that nobody else
+    can read or write (made again when it is not): whoever cannot read it cannot make an entry
+    that is used. One that does not check out (truncated, rewritten, another image's, another
+    layout, a special file) is ignored and written again. A performance feature only: the arrays
+    are those load_gt_masks and mask_boxes give."""
 
-    def __init__(self, folder=None, memory_bytes=0, disk_bytes=GT_CACHE_DISK_BYTES):
+    def __init__(self, folder=None, memory_bytes=0, disk_bytes=None):
+        if disk_bytes is None:
+            disk_bytes = gt_cache_bytes("SGEVAL_GT_CACHE_MIB", GT_CACHE_DISK_MIB)
         self.folder, self.memory_bytes, self.disk_bytes = folder, memory_bytes, disk_bytes
-        self.memory, self.memory_used, self.disk_used = {}, 0, None
+        self.memory, self.memory_used, self.disk_used, self.secret = {}, 0, None, None
 
     def __reduce__(self):  # to a worker process: the folder, not the memory
         return GTCache, (self.folder, 0, self.disk_bytes)
@@ -2132,28 +2294,37 @@ class GTCache:
     def store(self, key, bits, boxes):
         lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits))
         payload = len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes, "<i8").tobytes()
-        entry = hashlib.sha256(payload).digest() + payload
-        self._remember(key, entry)
+        self._remember(key, bytes(32) + payload)  # in memory: made here, not signed
         if self.folder is not None:
-            self._write(key, entry)
+            self._write(key, payload)
 
     def _remember(self, key, entry):
         if self.memory_used + len(entry) <= self.memory_bytes:
             self.memory[key] = entry
             self.memory_used += len(entry)
 
+    def _signature(self, key, payload):
+        """The HMAC of an entry's key and payload with the folder's secret (made when needed)."""
+        if self.secret is None:
+            path = os.path.join(self.folder, GT_CACHE_KEY_FILE)
+            self.secret = _own_secret(path) or _make_secret(path)
+        return hmac.new(self.secret, key.encode() + payload, hashlib.sha256).digest()
+
     def _read(self, key, limit):
+        """An entry of the folder whose signature checks out, or None."""
         try:
-            with open(os.path.join(self.folder, key + ".gt"), "rb") as handle:
-                return handle.read(limit)
-        except OSError:
+            with open_regular(os.path.join(self.folder, key + ".gt"), "a GT cache entry") as handle:
+                entry = handle.read(limit)
+            return entry if hmac.compare_digest(entry[:32], self._signature(key, entry[32:])) else None
+        except (OSError, ValueError):  # SGEvalError: not a regular file; ValueError: a NUL in the folder
             return None
 
-    def _write(self, key, entry):
+    def _write(self, key, payload):
         """Write an entry (a temporary file renamed: readers never see half of one), then keep
         the folder under disk_bytes. A folder that cannot be written is not used again."""
         try:
             os.makedirs(self.folder, exist_ok=True)
+            entry = self._signature(key, payload) + payload
             if self.disk_used is None:
                 self.disk_used = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(".gt"))
             with tempfile.NamedTemporaryFile(dir=self.folder, suffix=".tmp", delete=False) as handle:
@@ -2162,7 +2333,7 @@ class GTCache:
             self.disk_used += len(entry)
             if self.disk_used > self.disk_bytes:
                 self._evict()
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: a NUL in the folder's name
             log.warning("gt_cache %s: not used (%s)", self.folder, error)
             self.folder = None
 
@@ -2178,11 +2349,44 @@ class GTCache:
             self.disk_used -= size
 
 
-def _prepared_arrays(entry, n_segments, n_words):
-    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry, or None when it does not
-    check out."""
+def _own_secret(path):
+    """The 32 bytes of a GT cache's key file when it is a regular file of this user that nobody
+    else can read or write, else None."""
     try:
-        if len(entry) < 40 or hashlib.sha256(entry[32:]).digest() != entry[:32]:
+        with open_regular(path, "the GT cache key") as handle:
+            info, data = os.fstat(handle.fileno()), handle.read(33)
+    except (OSError, ValueError):  # SGEvalError (not a regular file) is a ValueError
+        return None
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid() and not info.st_mode & 0o077
+    return data if mine and len(data) == 32 else None
+
+
+def _make_secret(path):
+    """A new key file of 32 random bytes at path (readable by this user only), unless another
+    process made a valid one first; its bytes. OSError when none can be made."""
+    with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".tmp", delete=False) as handle:
+        handle.write(os.urandom(32))  # mode 0600
+    try:
+        os.link(handle.name, path)  # atomic, and never over a key another process has just made
+    except FileExistsError:
+        if _own_secret(path) is None:  # another user's, or readable by others: replaced
+            os.replace(handle.name, path)
+    except OSError:  # a file system without hard links
+        os.replace(handle.name, path)
+    finally:
+        if os.path.exists(handle.name):
+            os.remove(handle.name)
+    secret = _own_secret(path)
+    if secret is None:
+        raise OSError(f"cannot make its key file {path}")
+    return secret
+
+
+def _prepared_arrays(entry, n_segments, n_words):
+    """(bits (G, W) uint64, boxes (G, 5) int64) of a GTCache entry (its signature checked or made
+    in memory), or None when it does not have the layout."""
+    try:
+        if len(entry) < 40:
             return None
         length = int.from_bytes(entry[32:40], "little")
         if 40 + length + n_segments * 40 != len(entry):
@@ -3024,6 +3228,8 @@ class CountField(typing.NamedTuple):
     family: str | None = None
     total: str | None = None
     bounds: typing.Callable | None = None
+    limit: str | None = None  # the field whose counts bound it (a hit count at most what it counts)
+    gt_only: bool = False  # the GT alone decides it (a state's record must hold the image's)
 
     @property
     def per_predicate(self):
@@ -3045,25 +3251,25 @@ def dimensions(settings):
 
 
 RECALL_FIELDS = (  # every protocol counts these, in this order (a record's layout)
-    CountField("gt_rel", ("C",), "GT relations (duplicates removed; sgb: every row of the file)", "gt_relations"),
-    CountField("gc_hits", ("K", "C"), "GT relations the R@k selection finds", "R@", "R", "gt_rel"),
-    CountField("ng_hits", ("K", "C"), "GT relations the ngR@k selection finds", "ngR@", "ngR", "gt_rel"),
-    CountField("gt_pairs", (), "distinct GT subject-object pairs", "gt_pairs"),
-    CountField("pair_hits", ("K",), "GT pairs a row of the R@k selection finds", "PR@", "PR", "gt_pairs"),
-    CountField("inf_hits", ("C",), "GT relations with both instances matched", "R@inf", "Rinf", "gt_rel"),
-    CountField("gt_inst", (), "GT instances", "gt_instances"),
-    CountField("inst_hits", (), "GT instances matched", "InstR", "InstR", "gt_inst"),
+    CountField("gt_rel", ("C",), "GT relations (duplicates removed; sgb: every row of the file)", "gt_relations", gt_only=True),
+    CountField("gc_hits", ("K", "C"), "GT relations the R@k selection finds", "R@", "R", "gt_rel", limit="gt_rel"),
+    CountField("ng_hits", ("K", "C"), "GT relations the ngR@k selection finds", "ngR@", "ngR", "gt_rel", limit="gt_rel"),
+    CountField("gt_pairs", (), "distinct GT subject-object pairs", "gt_pairs", gt_only=True),
+    CountField("pair_hits", ("K",), "GT pairs a row of the R@k selection finds", "PR@", "PR", "gt_pairs", limit="gt_pairs"),
+    CountField("inf_hits", ("C",), "GT relations with both instances matched", "R@inf", "Rinf", "gt_rel", limit="gt_rel"),
+    CountField("gt_inst", (), "GT instances", "gt_instances", gt_only=True),
+    CountField("inst_hits", (), "GT instances matched", "InstR", "InstR", "gt_inst", limit="gt_inst"),
     CountField("rank_sum", ("C",), "PRank: the ranks of the GT relations that appear, summed"),
-    CountField("rank_n", ("C",), "PRank: the GT relations that appear"),
-    CountField("z_gt", (), "zero-shot GT relations", "gt_zeroshot"),
-    CountField("z_gc_hits", ("K",), "zero-shot GT relations the R@k selection finds", "zR@", "zR", "z_gt"),
-    CountField("z_ng_hits", ("K",), "zero-shot GT relations the ngR@k selection finds", "ngzR@", "ngzR", "z_gt"),
-    CountField("imr_hits", ("IMR", "C"), "GT relations among the first k rows of their predicate"),
+    CountField("rank_n", ("C",), "PRank: the GT relations that appear", limit="gt_rel"),
+    CountField("z_gt", (), "zero-shot GT relations", "gt_zeroshot", gt_only=True),
+    CountField("z_gc_hits", ("K",), "zero-shot GT relations the R@k selection finds", "zR@", "zR", "z_gt", limit="z_gt"),
+    CountField("z_ng_hits", ("K",), "zero-shot GT relations the ngR@k selection finds", "ngzR@", "ngzR", "z_gt", limit="z_gt"),
+    CountField("imr_hits", ("IMR", "C"), "GT relations among the first k rows of their predicate", limit="gt_rel"),
     CountField("imr_short", ("IMR",), "1 when a predicate of the GT has fewer than k rows listed"),
     CountField("a_hits", ("K",), "A@k: GT relations the rows on GT pairs find (sgcls, predcls)", "A@", "A", "gt_rel"),
-    CountField("subset_gt", ("S", "C"), "GT relations of each named subset"),
-    CountField("subset_gc_hits", ("S", "K", "C"), "subset GT relations the R@k selection finds"),
-    CountField("subset_ng_hits", ("S", "K", "C"), "subset GT relations the ngR@k selection finds"),
+    CountField("subset_gt", ("S", "C"), "GT relations of each named subset", gt_only=True),
+    CountField("subset_gc_hits", ("S", "K", "C"), "subset GT relations the R@k selection finds", limit="subset_gt"),
+    CountField("subset_ng_hits", ("S", "K", "C"), "subset GT relations the ngR@k selection finds", limit="subset_gt"),
     CountField("confusion", (2, "n"), "predicate confusion: [cell, count] columns (confusion_cells)",
                bounds=lambda settings: (settings.n_predicates * (settings.n_predicates + 1), None)),
 )
@@ -3203,6 +3409,27 @@ class Protocol:
         columns.update(_subset_columns(store, config.k, [spec.name for spec in config.subsets], families))
         return columns
 
+    def gt_counts(self, image, settings):
+        """Its counts of an image without a prediction, with "n_rows": the GT rows it counts (what a
+        state's record is checked against, count_problems)."""
+        return {**self.empty_counts(image, settings), "n_rows": len(image.relations)}
+
+    def count_problems(self, fields, columns, reference, settings, where):
+        """The problems of its fields in a state's record (unpack_record's; reference: gt_counts):
+        field_problems, then the rules of the recall fields (left_out: a legacy tool's image left
+        out, its fields all zero)."""
+        problems = field_problems(fields, columns, reference, self.fields, settings, where)
+        if problems:
+            return problems
+        checks = (("a_hits", fields["gt_rel"].sum()), ("imr_short", 1), ("rank_sum", fields["rank_n"] * MAX_COUNT))
+        problems = [f"{where} field '{name}' is out of range" for name, bound in checks if (fields[name] > bound).any()]
+        cells, C = fields["confusion"], settings.n_predicates
+        expected = reference["gt_rel"] if settings.confusion_k and fields["gt_rel"].any() else 0
+        if (np.bincount(cells[0] // (C + 1), cells[1], C) != expected).any() or cells.size and (
+                (cells[1] < 1).any() or len(np.unique(cells[0])) < cells.shape[1]):
+            problems.append(f"{where} confusion cells do not add up to its GT's triplets")
+        return problems
+
     def images_left_out(self, store):
         """The images its means leave out (a legacy tool's images without predicted relations)."""
         return int(np.count_nonzero(store["gt_rel"].sum(axis=1) == 0))
@@ -3272,6 +3499,20 @@ class LegacyProtocol(Protocol):
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
                              settings.imr_k, settings.n_predicates, settings.confusion_k,
                              None if gt.subsets is None else gt.subsets[rows])
+
+    def gt_counts(self, image, settings):
+        rows = image.file_rows if self.gt_rows_of_file else slice(None)
+        relations = image.relations[rows]
+        counts = image_counts(relations, image.zeroshot[rows], len(image.categories), np.zeros(0, np.int64), NO_ROWS,
+                              NO_ROWS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k,
+                              None if image.subsets is None else image.subsets[rows])
+        return {**counts, "n_rows": len(relations)}
+
+    def count_problems(self, fields, columns, reference, settings, where):
+        if not any(fields[field.name].any() for field in RECALL_FIELDS):  # an image it leaves out: all zero
+            own = [field for field in self.fields if field not in RECALL_FIELDS]
+            return field_problems(fields, columns, reference, own, settings, where)
+        return super().count_problems(fields, columns, reference, settings, where)
 
     def left_out(self, settings):
         """The counts of an image left out of every mean (all zero, GT included)."""
@@ -3345,10 +3586,10 @@ OI_MIN_SCORE = 1e-5  # ... and keeps those scoring above this (oi_evaluation.py:
 OI_SCORE_K = "50"  # ... and its score_wtd weighs R@50 (oi_evaluation.py:366)
 OI_SCALARS = ("mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score", "score_wtd")  # its metrics besides R@k
 OI_FIELDS = (
-    CountField("oi_gt", (), "every GT relation row of the file", "gt_relations"),
+    CountField("oi_gt", (), "every GT relation row of the file", "gt_relations", gt_only=True),
     CountField("oi_hits", ("K+1",), "GT rows the first k rows of the scored list hit (each cut-off, OI_SCORE_K)",
-               "R@"),
-    CountField("oi_npos", ("C",), "GT rows per predicate (the APs' positives)"),
+               "R@", limit="oi_gt"),
+    CountField("oi_npos", ("C",), "GT rows per predicate (the APs' positives)", gt_only=True),
     CountField("oi_dets", (5, "n"), "per listed row: predicate, its score's float64 bits (high, low 32), the GT "
                "row + 1 its relationship AP and its phrase AP take (0: none)",
                bounds=lambda settings: (settings.n_predicates, 1 << 32, 1 << 32, None, None)),
@@ -3398,6 +3639,21 @@ class OpenImages(SGB):
 
     def families(self, config):
         return ["mR"]  # its own R@k ranks another list: of the recall families only the mR PySGG prints
+
+    def gt_counts(self, image, settings):
+        counts = super().gt_counts(image, settings)
+        counts.update(oi_counts(image, None, (NO_ROWS, np.zeros(0)), settings))
+        return counts
+
+    def count_problems(self, fields, columns, reference, settings, where):
+        problems = super().count_problems(fields, columns, reference, settings, where)
+        listed = fields["oi_dets"]
+        if not problems and listed.size:  # its listed rows: at most OI_TOP, ranked by score, picks of GT rows
+            scores = ((listed[1].astype(np.uint64) << np.uint64(32)) | listed[2].astype(np.uint64)).view(np.float64)
+            if listed.shape[1] > OI_TOP or (listed[3:] > fields["oi_gt"]).any() or not np.isfinite(scores).all() \
+                    or (scores <= OI_MIN_SCORE).any() or (np.diff(scores) > 0).any():
+                problems.append(f"{where} listed rows are out of range or not ranked by score")
+        return problems
 
     def metrics(self, config, store, training, groups, subsets, gt=None):
         metrics, per_predicate, rules = super().metrics(config, store, training, groups, subsets)
@@ -3535,8 +3791,8 @@ AG_LISTS = (  # STTran's three constraints: the list, and the families of its R,
     ("with", "R", "mR", "fmR", "vR"), ("semi", "semiR", "mSemiR", "fmSemiR", "vSemiR"),
     ("no", "ngR", "mNgR", "fmNgR", "vNgR"))
 AG_FIELDS = (
-    CountField("ag_gt", ("C",), "GT relation rows (every row of the file)", "gt_relations"),
-    CountField("ag_hits", (3, "K", "C"), "GT rows the first k rows of each constraint's list hit (with, semi, no)"),
+    CountField("ag_gt", ("C",), "GT relation rows (every row of the file)", "gt_relations", gt_only=True),
+    CountField("ag_hits", (3, "K", "C"), "GT rows the first k rows of each constraint's list hit (with, semi, no)", limit="ag_gt"),
 )
 
 
@@ -3619,6 +3875,12 @@ class ActionGenome(LegacyProtocol):
 
     def images_left_out(self, store):
         return 0
+
+    def gt_counts(self, image, settings):
+        return {**self.empty_counts(image, settings), "n_rows": len(image.file_rows)}
+
+    def count_problems(self, fields, columns, reference, settings, where):
+        return field_problems(fields, columns, reference, self.fields, settings, where)
 
     def table_note(self, section, results):
         return (f"{self.name}: {self.tool.name}'s rules: rows as ranked, +1 IoU, many-to-many; R / semiR / ngR: with / "
@@ -3775,6 +4037,17 @@ class PanopticQuality:
         present = np.flatnonzero(missed)
         return {"pq_tp": np.zeros((3, 0), np.int64),
                 "pq_miss": np.stack([present, np.zeros(len(present), np.int64), missed[present]])}
+
+    def gt_counts(self, image, settings):
+        return {**self.empty_counts(image, settings), "n_rows": 0}
+
+    def count_problems(self, fields, columns, reference, settings, where):
+        """A matched pair shares at most its union, which is positive; misses are counts."""
+        tp, miss = fields["pq_tp"], fields["pq_miss"]
+        if tp.size and ((tp[1] > tp[2]).any() or (tp[2] < 1).any() or (2 * tp[1] <= tp[2]).any()) \
+                or miss.size and (miss[1:] > MAX_COUNT).any():
+            return [f"{where} its matched pairs or misses cannot be a segmentation's"]
+        return []
 
     def results(self, store, gt, config):
         """The results' panoptic_quality section and its metrics (PQ_KEYS)."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 import typing
 from pathlib import Path
@@ -43,6 +42,8 @@ import yaml
 import sgeval
 
 MAX_RESULTS_BYTES = 1 << 28  # a results file larger than this is refused
+MAX_LABELS_BYTES = 1 << 24  # and a --labels file
+MAX_NUMBER = 2 ** 53  # a results file's numbers are within +-this (metrics are fractions, ranks and counts)
 TABLES = ("main", "protocols", "predicates", "confusion", "segmentation")
 FORMATS = ("markdown", "latex", "csv")
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}  # the usual short names, accepted too
@@ -84,12 +85,11 @@ class Table(typing.NamedTuple):
 
 
 def _number_map(value, where, problems, integer=False):
-    """A {name: number or None} mapping (integers only when integer), or a problem."""
-    kinds = (int,) if integer else (int, float)
-    if not isinstance(value, dict) or not all(
-            isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v) or (v is None and not integer)
-            for v in value.values()):
-        problems.append(f"{where}: expected a mapping of names to {'integers' if integer else 'finite numbers or null'}")
+    """A {name: number or None} mapping (counts only when integer), or a problem."""
+    good = _count if integer else lambda v: v is None or _finite(v)
+    if not isinstance(value, dict) or not all(map(good, value.values())):
+        problems.append(f"{where}: expected a mapping of names to " + ("counts (integers from 0 to 2**53)" if integer
+                                                                      else "finite numbers (within +-2**53) or null"))
         return False
     return True
 
@@ -103,7 +103,12 @@ def _texts(value):
 
 
 def _finite(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A number a table can show: finite and within MAX_NUMBER (a larger int does not fit a float)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_NUMBER <= value <= MAX_NUMBER
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_NUMBER
 
 
 FIELDS = (  # (path, check, what it must be, required): the fields the report reads besides the sections
@@ -117,7 +122,7 @@ FIELDS = (  # (path, check, what it must be, required): the fields the report re
     (("config", "gt_seg"), lambda v: v is None or _text(v), "a path or null", False),
     (("config", "iou_threshold"), _finite, "a number", False),
     (("images",), lambda v: isinstance(v, dict), "a mapping", True),
-    (("images", "evaluated"), lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", True),
+    (("images", "evaluated"), _count, "a count", True),
     (("protocol_audit",), lambda v: v is None or isinstance(v, dict), "a mapping or null", False),
     (("protocol_audit", "per_image_mean"), lambda v: isinstance(v, dict) and all(map(_finite, v.values())),
      "a mapping of names to numbers", False),
@@ -200,14 +205,11 @@ def _check_panoptic_quality(section, where, problems):
 
 def read_results(path):
     """The parsed results file at path, checked for every field the report reads; ReportError otherwise."""
+    data = _read_file(path, "the results file", MAX_RESULTS_BYTES)
     try:
-        size = Path(path).stat().st_size
-        results = json.loads(Path(path).read_text(encoding="utf-8")) if size <= MAX_RESULTS_BYTES else None
-    except (OSError, ValueError, RecursionError) as error:
-        reason = getattr(error, "strerror", None) or " ".join(str(error).split())
-        raise ReportError([f"{path}: cannot read the results file: {reason}"]) from None
-    if size > MAX_RESULTS_BYTES:
-        raise ReportError([f"{path}: {size} bytes, more than the {MAX_RESULTS_BYTES} a results file may have"])
+        results = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, too deep, a number of too many digits
+        raise ReportError([f"{path}: cannot read the results file: {' '.join(str(error).split())}"]) from None
     if not isinstance(results, dict) or "sgeval_version" not in results:
         raise ReportError([f"{path}: not an sgeval results file (no sgeval_version)"])
     problems = []
@@ -222,6 +224,14 @@ def read_results(path):
     if problems:
         raise ReportError(problems)
     return results
+
+
+def _read_file(path, what, limit):
+    """The bytes of a regular file of at most limit bytes (sgeval.read_regular), or ReportError."""
+    try:
+        return sgeval.read_regular(path, what, limit)
+    except sgeval.SGEvalError as error:
+        raise ReportError(error.problems) from None
 
 
 def default_labels(paths, results):
@@ -461,7 +471,7 @@ def top_confusions(confusion, n):
              if predicted != gt]
     cells.sort(key=lambda cell: (-cell[2], cell[0], cell[1]))
     return [(gt, predicted, count, count / totals[gt], confusion["counts"][gt].get(gt, 0) / totals[gt])
-            for gt, predicted, count in cells[:n]]
+            if totals[gt] else (gt, predicted, count, 0.0, 0.0) for gt, predicted, count in cells[:n]]
 
 
 def confusion_tables(runs, protocol, n):
@@ -531,8 +541,18 @@ def _cells(table, decimals, text_of, mark_of, label_of):
     return out
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # line breaks and control characters: spaces in a table
+
+
+_HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
 def _markdown_escape(text):
-    return re.sub(r"([|*_<>\\`])", r"\\\1", text)
+    """text shown as it is in a Markdown table: line breaks and control characters as spaces,
+    HTML's & < > as entities, the punctuation of links, images, emphasis, code, math and cells
+    escaped."""
+    text = re.sub(r"[&<>]", lambda match: _HTML_ENTITIES[match.group()], _CONTROL.sub(" ", text))
+    return re.sub(r"([|*_\\`\[\]~#!$])", r"\\\1", text)
 
 
 def render_markdown(table, decimals):
@@ -551,7 +571,7 @@ _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{
 
 
 def _latex_escape(text):
-    text = "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+    text = "".join(_LATEX_SPECIAL.get(char, char) for char in _CONTROL.sub(" ", text))
     return re.sub(r"\bx(?=[0-9.]+\b)", r"$\\times$", text)  # relative cut-offs: x10 -> ×10
 
 
@@ -718,9 +738,10 @@ def _choices(value, allowed, option):
 def _labels(pairs, mapping_file):
     labels = {}
     if mapping_file:
+        data = _read_file(mapping_file, "the labels", MAX_LABELS_BYTES)
         try:
-            loaded = yaml.load(Path(mapping_file).read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
-        except (OSError, ValueError, RecursionError, yaml.YAMLError) as error:
+            loaded = yaml.load(data.decode("utf-8"), Loader=yaml.BaseLoader)
+        except (ValueError, RecursionError, yaml.YAMLError) as error:
             raise ReportError([f"{mapping_file}: cannot read the labels: {' '.join(str(error).split())}"]) from None
         if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
             raise ReportError([f"{mapping_file}: expected a mapping of results files to labels"])

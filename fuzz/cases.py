@@ -8,7 +8,10 @@ A case is a plain dict (it is pickled to the worker and into the corpus):
     valid    True / False when the generator knows whether the input is valid, else None
 The Evaluator's readers (``update``, ``state``) add what they call it with: mode (mask / box),
 prior (updates, or the name of a valid state, applied first), image_id and arguments
-(Evaluator.update's), state (given to load_state_dict and to merge).
+(Evaluator.update's), state (given to load_state_dict and to merge), impossible (how one record
+of the state is made impossible). The command readers (fuzz/commands.py) add: ``special``
+command, target (the file made special) and kind; ``env`` env (variable -> value) and command;
+``report`` report_argv (sgeval report's).
 """
 
 import collections
@@ -31,7 +34,7 @@ import sgeval
 from tools import synth, torchsave
 
 READERS = ("pred_json", "zip", "tiff", "gt_json", "png", "yaml", "cli", "pickle", "crafted_pickle", "npz",
-           "torchfile", "update", "state")
+           "torchfile", "update", "state", "special", "env", "report")
 
 HEIGHT, WIDTH = 12, 16
 THINGS, STUFF, PREDICATES = ["person", "dog", "horse"], ["grass", "sky"], ["on", "near", "riding"]
@@ -82,7 +85,20 @@ def base_workspace():
     np.savez_compressed(buffer, **raw[0])
     files["raw.npz"] = buffer.getvalue()
     files.update(_torch_files(raw))
+    files["results.json"] = _results(files)
     return files
+
+
+def _results(files):
+    """The bytes of the results file (sgeval report's input) of the base workspace's evaluation."""
+    with tempfile.TemporaryDirectory() as folder:
+        for name, data in files.items():
+            Path(folder, name).parent.mkdir(parents=True, exist_ok=True)
+            Path(folder, name).write_bytes(data)
+        config = sgeval.load_config(Path(folder, "config.yaml"), gt_cache=False, model="base", confusion_k="20",
+                                    gt=str(Path(folder, "gt/psg.json")), gt_seg=str(Path(folder, "gt/panoptic")),
+                                    pred=str(Path(folder, "pred.zip")))
+        return json.dumps(sgeval.evaluate(config)).encode()
 
 
 def _torch_files(raw):
@@ -656,8 +672,9 @@ def _state_special(draw, state, key, states):
         state["slots"] = slots
     elif key == "updates" and n:
         updates = state["updates"].astype(np.uint64 if draw(st.booleans()) else np.int64)
-        updates[draw(st.integers(0, n - 1))] = draw(st.sampled_from([0, 1, 2, 2 ** 62, 2 ** 63 - 1])) \
-            if updates.dtype == np.int64 else draw(st.sampled_from([2 ** 63, 2 ** 64 - 1, 3]))
+        values = [0, 1, 2, 2 ** 40, 2 ** 40 + 1, 2 ** 62, 2 ** 63 - 1] if updates.dtype == np.int64 \
+            else [2 ** 63, 2 ** 64 - 1, 3]
+        updates[draw(st.integers(0, n - 1))] = draw(st.sampled_from(values))
         state["updates"] = updates
     elif key == "digests":
         rows = draw(st.sampled_from([15, 17, 0, 16]))
@@ -729,12 +746,35 @@ def _state_break(draw, given, states):
     return given
 
 
+IMPOSSIBLE_LIMITS = {"gc_hits": "gt_rel", "ng_hits": "gt_rel", "inf_hits": "gt_rel", "rank_n": "gt_rel",
+                     "imr_hits": "gt_rel", "pair_hits": "gt_pairs", "inst_hits": "gt_inst", "z_gc_hits": "z_gt",
+                     "z_ng_hits": "z_gt"}  # a hit count and the GT count it cannot exceed (module docstring)
+
+
+@st.composite
+def impossible_record(draw):
+    """How fuzz/worker.py makes one record of a valid state impossible, its layout kept: a hit
+    count beyond its GT count, hits that decrease as k grows, a GT count that is not the image's,
+    an absurd rank sum."""
+    how = draw(st.sampled_from(["beyond", "decrease", "gt", "huge"]))
+    field = draw(st.sampled_from(sorted(IMPOSSIBLE_LIMITS) if how == "beyond" else ["gc_hits", "ng_hits", "pair_hits"]
+                                 if how == "decrease" else ["gt_rel", "gt_pairs", "gt_inst"] if how == "gt"
+                                 else ["rank_sum"]))
+    return {"how": how, "field": field, "record": draw(st.integers(0, 10)), "protocol": draw(st.integers(0, 5)),
+            "position": draw(st.integers(0, 50)), "by": draw(st.sampled_from([1, 2, 1000, 2 ** 40]))}
+
+
 @st.composite
 def state(draw, base):
-    """A valid state_dict broken in one to three ways (or none), for load_state_dict and merge of
-    an Evaluator that holds nothing or a valid state, in mask or box mode."""
+    """A valid state_dict broken in one to three ways (or none), or one of its records made
+    impossible (impossible_record), for load_state_dict and merge of an Evaluator that holds
+    nothing or a valid state, in mask or box mode."""
     states = evaluator_states(base)
     given = states[draw(st.sampled_from(["full", "full", "one", "empty", "box"]))]
+    if draw(st.integers(0, 3)) == 0:
+        mode = "box" if given is states["box"] else "mask"
+        return {"files": {}, "mode": mode, "prior": draw(st.sampled_from([None, "box" if mode == "box" else "one"])),
+                "state": given, "impossible": draw(impossible_record())}
     for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2, 2, 3]))):
         if not isinstance(given, dict):
             break
@@ -747,6 +787,73 @@ def state(draw, base):
     return {"files": {}, "mode": mode, "prior": prior, "state": given}
 
 
+# ------------------------------------------------------------------ special files, env, report
+
+SPECIAL_KINDS = ("fifo", "dev_zero", "dev_null", "directory", "socket")
+SPECIAL_TARGETS = {  # command -> the files it reads that a case makes special (fuzz/worker.py runs it)
+    "evaluate": ("config.yaml", "gt/psg.json", "pred.zip", "gt/panoptic/png", "zeroshot.json", "groups.yaml",
+                 "train.json", "cache/entry", "cache/sgeval.key"),
+    "report": ("results.json", "labels.yaml"),
+    "convert": ("raw.pkl", "raw.npz", "raw.pytorch", "vocabulary.json", "gt/psg.json", "recipe.yaml", "raw.h5"),
+}
+
+
+@st.composite
+def special(draw, base):
+    """One file a command reads made a FIFO, a device, a directory or a socket."""
+    command = draw(st.sampled_from(sorted(SPECIAL_TARGETS)))
+    return {"files": {}, "command": command, "target": draw(st.sampled_from(SPECIAL_TARGETS[command])),
+            "kind": draw(st.sampled_from(SPECIAL_KINDS))}
+
+
+ENV_NAMES = ("SGEVAL_MAX_IMAGE_PIXELS", "SGEVAL_GT_CACHE_MIB", "SGEVAL_GT_MEMORY_MIB")
+_ENV_VALUES = (st.sampled_from(["", " ", "0", "1", "64", "256", " 2048 ", "-1", "-0", "+3", "1e30", "1.5", "0x10", "lots",
+                                "1_0", "\u0663", "\u00b2", "9" * 30, str(2 ** 30), str(2 ** 30 + 1), str(2 ** 40),
+                                str(2 ** 40 + 1), "2 3", "\t7\n"])
+               | st.integers(-2 ** 70, 2 ** 70).map(str)
+               | st.text(alphabet="0123456789 -+.e_x\u0663\t", max_size=24))
+
+
+@st.composite
+def env(draw, base):
+    """One to three of sgeval's environment variables set to hostile or valid values, for an
+    evaluation, a report or the Open Images converter."""
+    names = draw(st.lists(st.sampled_from(ENV_NAMES), min_size=1, max_size=3, unique=True))
+    return {"files": {}, "env": {name: draw(_ENV_VALUES) for name in names},
+            "command": draw(st.sampled_from(["evaluate", "evaluate", "report", "openimages"]))}
+
+
+_MARKDOWN = st.sampled_from(["[click](javascript:alert(1))", "![x](http://example.com/p.png)", "<script>x</script>",
+                             "a|b", "line\nbreak", "cr\rx", "\u2028", "**b**", "`c`", "~~s~~", "$x$", "&lt;",
+                             "# h", "\\|", "<ins>", "x\x00y", "\x1b[31m"])
+
+
+@st.composite
+def report(draw, base):
+    """The base results file with one to three values replaced (hostile numbers, names that
+    Markdown or HTML would interpret, junk), read by sgeval report in one of its formats."""
+    document = json.loads(base["results.json"])
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["name", "number", "json"]))
+        section = draw(st.sampled_from(["metrics", "gt_relations_per_predicate"]))
+        if not isinstance(document, dict):  # an earlier edit replaced the whole document
+            break
+        if kind == "name" and isinstance(document.get("config"), dict):
+            document["config"]["model"] = draw(_MARKDOWN | _TEXT | st.builds(lambda a, b: a + b, _MARKDOWN, _TEXT))
+        elif kind == "number" and isinstance(document.get(section), dict) and document[section]:
+            key = draw(st.sampled_from(sorted(document[section])))
+            document[section][key] = draw(st.sampled_from([10 ** 400, -(10 ** 400), 1e308, -1e308, 2 ** 53, 2 ** 53 + 1,
+                                                           -1, 0.5, 1e-300, 5]))
+        elif kind == "json":
+            path = _paths(draw, document)
+            if path:
+                _set_path(document, path, draw(st.just(DELETE) | JSON_VALUES))
+    argv = ["results.json", "--format", draw(st.sampled_from(["markdown", "latex", "csv"])), "--tables",
+            draw(st.sampled_from(["main", "all"]))]
+    return {"files": {"results.json": json.dumps(document).encode()}, "report_argv": argv}
+
+
 STRATEGIES = {"pred_json": pred_json, "zip": zip_structure, "tiff": tiff, "gt_json": gt_json, "png": png,
               "yaml": yaml_config, "cli": cli, "pickle": raw_pickle, "crafted_pickle": crafted_pickle, "npz": npz,
-              "torchfile": torch_file, "update": update, "state": state}
+              "torchfile": torch_file, "update": update, "state": state, "special": special, "env": env,
+              "report": report}

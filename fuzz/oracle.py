@@ -205,7 +205,8 @@ def valid_config(values, fields):
         get("pq_merge", "none") in ("none", "score-order", "first-wins"),
         get("pq", False) is not True or get("gt_seg") not in (None, ""),  # panoptic quality: mask mode only
         type(workers) is int and 1 <= workers <= 64,
-        get("gt_cache") in (None, True, False) or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
+        get("gt_cache") is None or type(get("gt_cache")) is bool  # (0 == False, but 0 is not a gt_cache value)
+        or isinstance(get("gt_cache"), str) and get("gt_cache").strip() != "",
         all(get(key) for key in ("gt", "pred")),
     ]
     if not all(checks):
@@ -379,9 +380,9 @@ def valid_update(image_id, arguments, mode, sizes, extra_ids, n_objects, n_predi
 STATE_KEYS = ("sgeval_state", "fingerprint", "slots", "updates", "digests", "offsets", "values", "extra_ids",
               "extra_updates", "extra_digests", "other_records")
 def _count(value):
-    """Whether an integer is an update count (1 to 2**62: the state holds int64 arrays, and two
-    counts add up)."""
-    return 1 <= int(value) <= 2 ** 62
+    """Whether an integer is an update count (1 to 2**40: more updates of one image are absurd, and
+    counts add up within int64)."""
+    return 1 <= int(value) <= 2 ** 40
 
 
 class _Invalid(Exception):
@@ -489,6 +490,49 @@ def merged_state(read, prior):
         for key, value in given.items():
             known = table.get(key)
             if known is not None and (known[0] != value[0] or not _count(known[1] + value[1])):
-                return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**62"
+                return False, True, f"image {key} is in both with other digests, or its counts add up beyond 2**40"
             table[key] = value if known is None else (known[0], known[1] + value[1], *known[2:])
     return True, sure, (*merged, prior_other + other)
+
+
+ENV_RANGES = {"SGEVAL_MAX_IMAGE_PIXELS": (1, 2 ** 40), "SGEVAL_GT_CACHE_MIB": (0, 2 ** 30),
+              "SGEVAL_GT_MEMORY_MIB": (0, 2 ** 30)}  # the documented ranges (README, "Environment variables")
+
+
+def valid_env(name, value):
+    """Whether an environment variable's value is valid: unset or empty (the default), or ASCII
+    decimal digits (surrounding spaces allowed) within the variable's range."""
+    text = value.strip(" \t\n\r\x0b\x0c")
+    low, high = ENV_RANGES[name]
+    return not text or bool(re.fullmatch("[0-9]+", text)) and low <= int(text) <= high
+
+
+_OUR_TAGS = re.compile(r"</?(ins|sup)>")  # the only HTML the report writes
+
+
+def markdown_problem(text):
+    """Why a Markdown report does not show its names as text (a row with another number of cells,
+    a line that is not a table row inside a table, a link or image that can start, HTML, code,
+    math or a control character), or None."""
+    for block in (block for block in text.split("\n\n") if block.startswith("|")):
+        lines = block.splitlines()
+        if not all(line.startswith("|") and line.endswith("|") for line in lines):
+            return f"a table line is not a row: {lines!r:.200}"
+        if len({len(re.split(r"(?<!\\)\|", line)) for line in lines if not line.startswith("|-")}) != 1:
+            return f"a row has another number of cells: {lines!r:.200}"
+    ours_removed = _OUR_TAGS.sub("", text)
+    if re.search(r"(?<!\\)[\[`~$]", ours_removed) or "<" in ours_removed:
+        return "a link, image, code, math or HTML tag can start"
+    if re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", text):
+        return "a control character or line separator"
+    return None
+
+
+def table_number_problem(text):
+    """Why a rendered report shows a number that is not one (inf, nan), or None."""
+    for line in text.splitlines():
+        cells = [re.sub(r"\*\*|</?ins>|\\textbf\{|\\underline\{|\}", "", cell).strip()
+                 for cell in re.split(r"(?<!\\)\||(?<!\\)&|,", line)]
+        if any(re.fullmatch(r"-?(inf|nan)", cell, re.IGNORECASE) for cell in cells):
+            return f"a number shows as inf or nan: {line!r:.200}"
+    return None

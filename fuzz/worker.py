@@ -15,7 +15,9 @@ zipfile module and the unbroken workspace's results for ZIP structure; numpy's o
 the pickle module with numpy's own reconstructors (in a forked child, as they trust their input)
 for pickles; for torch.save files (no reference without torch) the lazy and the eager load agree;
 for the Evaluator's updates and states fuzz/oracle.py's validators, and after an acceptance the
-state it holds (the update counted; a valid state as given, or merged) and compute()."""
+state it holds (the update counted; a valid state as given, or merged) and compute(); a state with
+an impossible record (cases.impossible_record) must be refused; the special, env and report
+readers are judged by fuzz/commands.py."""
 
 import contextlib
 import copy
@@ -37,8 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fuzz.cases import (EVALUATED, EXTRA, HEIGHT, PREDICATES, STUFF, THINGS, WIDTH, Big, base_update,
-                        evaluator_files, evaluator_states, make_evaluator)
+from fuzz import commands
+from fuzz.cases import (EVALUATED, EXTRA, HEIGHT, IMPOSSIBLE_LIMITS, PREDICATES, STUFF, THINGS, WIDTH, Big,
+                        base_update, evaluator_files, evaluator_states, make_evaluator)
 from fuzz.oracle import merged_state, read_state, valid_config, valid_gt, valid_prediction, valid_update
 
 ADDRESS_SPACE = 3 << 30
@@ -58,6 +61,8 @@ def run_case(case, base, folder):
         with contextlib.chdir(work):
             if evaluator:
                 return _evaluator_case(case, base, sgeval)
+            if case["reader"] in commands.READERS:
+                return _command_case(case, base, sgeval)
             try:
                 result = _target(case, sgeval, common)
             except (sgeval.SGEvalError, common.ConvertError) as error:
@@ -77,6 +82,19 @@ def run_case(case, base, folder):
                 return "traceback", "after acceptance: " + traceback.format_exc(limit=-3)[-1200:]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _command_case(case, base, sgeval):
+    """fuzz/commands.py's outcome of a case (a MemoryError or any other exception: its own)."""
+    def same_metrics(results):
+        return _metrics(results) == _metrics(_base_results(tuple(sorted(base.items())), sgeval))
+
+    try:
+        return commands.run(case, same_metrics, sgeval)
+    except MemoryError:
+        return "memory", traceback.format_exc(limit=-3)[-600:]
+    except Exception:  # noqa: BLE001 -- every other exception is what this run looks for
+        return "traceback", traceback.format_exc(limit=-3)[-1200:]
 
 
 def _target(case, sgeval, common):
@@ -228,6 +246,8 @@ def _state_case(case, base, sgeval):
     given = case["state"] if "state" in case else states["full"]
     if isinstance(given, dict):
         given = {key: value.array() if isinstance(value, Big) else value for key, value in given.items()}
+    impossible = "impossible" in case and _make_impossible(given, case["impossible"],
+                                                           _evaluator(base, mode).settings, sgeval)
     big = isinstance(case.get("state"), dict) and any(isinstance(value, Big) for value in case["state"].values())
     same_mode = {name: state for name, state in states.items() if (name == "box") == (mode == "box")}
     known = {}  # slot -> the records of the valid states
@@ -254,7 +274,8 @@ def _state_case(case, base, sgeval):
             outcome = _refusal(error, evaluator, before, None, lambda: expected[:2])
         else:
             valid, sure, content = expected
-            outcome = ("silent", f"invalid by fuzz/oracle.py ({content}), accepted") if sure and not valid else \
+            outcome = ("silent", f"an impossible record accepted: {case['impossible']}") if impossible else \
+                ("silent", f"invalid by fuzz/oracle.py ({content}), accepted") if sure and not valid else \
                 _after_acceptance(evaluator, base, mode, lambda state: not sure or read(state)[2] == content,
                                   "the given state" if method == "load_state_dict" else "the merge",
                                   "skip" if method == "load_state_dict" else "empty")
@@ -266,6 +287,34 @@ def _state_case(case, base, sgeval):
             return kind, f"{method}: {detail}"
     return next((kind, f"{method}: {detail}") for method, (kind, detail) in outcomes
                 if kind == "error" or method == "merge")
+
+
+def _make_impossible(state, spec, settings, sgeval):
+    """One record of a valid state (changed in place) made impossible as cases.impossible_record's
+    spec says, its layout kept (found with sgeval's unpack_record); whether there was one."""
+    offsets = np.asarray(state["offsets"]).tolist()
+    if len(offsets) < 2:
+        return False
+    at = spec["record"] % (len(offsets) - 1)
+    start, stop = offsets[at], offsets[at + 1]
+    columns, blocks, _, _ = sgeval.unpack_record(state["values"][start:stop], settings)
+    protocol = settings.protocols[spec["protocol"] % len(settings.protocols)]
+    fields = dict(zip(sgeval.settings_shapes(settings, protocol), blocks[protocol][0]))
+    view, how = fields[spec["field"]], spec["how"]
+    position = spec["position"] % max(view.size, 1)
+    if how == "beyond":
+        view.flat[position] = np.broadcast_to(fields[IMPOSSIBLE_LIMITS[spec["field"]]], view.shape).flat[position] \
+            + spec["by"]
+    elif how == "decrease":  # k = 1 finds more than k = 20 (or more than the GT holds)
+        low, high = (view[settings.k.index(k):settings.k.index(k) + 1] for k in ("1", "20"))  # views
+        column = position % max(low.size, 1)
+        high.flat[column], low.flat[column] = 0, max(low.flat[column], 1)
+    else:
+        view.flat[position] = view.flat[position] + spec["by"] if how == "gt" else 2 ** 62
+    record = columns.base  # the int64 copy the views belong to
+    values = np.asarray(state["values"]).astype(np.int64)
+    state["values"] = np.concatenate([values[:start], record, values[stop:]])
+    return True
 
 
 @functools.lru_cache(maxsize=1)

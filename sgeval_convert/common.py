@@ -85,6 +85,15 @@ class ConvertError(sgeval.SGEvalError):
     """Bad raw output or options; ``problems`` holds one line per problem (file, result, field)."""
 
 
+def open_regular(path, what):
+    """sgeval.open_regular (a FIFO, a device or a directory is refused without blocking), its
+    refusal a ConvertError; OSError when the file cannot be opened."""
+    try:
+        return sgeval.open_regular(path, what)
+    except sgeval.SGEvalError as error:
+        raise ConvertError(error.problems) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # Pickles, through the restricted unpickler (unpickler.py)
 # ---------------------------------------------------------------------------------------------
@@ -97,7 +106,7 @@ def iter_pickle(path, position=None, lazy=False):
     stay in the file (unpickler.materialize reads them, in another process if wanted)."""
     reached = 0
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "the pickle") as handle:
             for item in RestrictedUnpickler(handle, str(path) if lazy else None).items():
                 if position is not None:
                     position[0] = handle.tell()
@@ -158,7 +167,7 @@ def open_raw(path):
     from the iteration); a bad per-image file is one problem of that image (from load_source)."""
     if os.path.isdir(path):
         return _open_dir(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConvertError([f"{path}: no such file or directory"])
     position = [0]
     return RawInput(None, iter_pickle(path, position, lazy=True), lambda: position[0])
@@ -199,7 +208,11 @@ def _open_dir(path):
 def _load_one_pickle(file):
     """The one result of a per-image pickle (a Result, or a list holding one)."""
     try:
-        with open(file, "rb") as handle:
+        handle = open_regular(file, "the pickle")
+    except OSError as error:
+        raise ConvertError([f"{file}: cannot read the pickle: {error}"]) from None
+    try:
+        with handle:
             item = real_arrays(RestrictedUnpickler(handle).load())
     except Refused as refused:
         raise ConvertError([_refusal(file, refused)]) from None
@@ -215,7 +228,7 @@ MAX_NPZ_BYTES = 1 << 32  # the arrays of one .npz, as their headers declare them
 
 def load_npz(file):
     try:
-        with np.load(file, allow_pickle=False) as archive:
+        with open_regular(file, "the npz file") as handle, np.load(handle, allow_pickle=False) as archive:
             _check_npz_sizes(archive.zip, file)
             return RawResult({key: archive[key] for key in archive.files})
     except ConvertError:

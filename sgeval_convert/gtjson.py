@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import sgeval
-from .common import ConvertError
+from .common import ConvertError, open_regular
 
 MAX_PROBLEMS = 100  # problems listed; the rest are counted
 MAX_SMALL_JSON = 1 << 26  # bytes of a vocabulary file read whole (the real ones are well under 1 MiB)
@@ -75,14 +75,12 @@ class Problems:
 def read_small_json(path, what):
     """A small JSON file (a vocabulary) read whole, after checking its size."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_SMALL_JSON:
-            raise ConvertError([f"{path}: {size} bytes is more than the {MAX_SMALL_JSON} a {what} may have"])
-        with open(path, "rb") as handle:
-            return json.loads(handle.read().decode("utf-8-sig"))
-    except ConvertError:
-        raise
-    except (OSError, ValueError, RecursionError) as error:
+        data = sgeval.read_regular(path, f"the {what}", MAX_SMALL_JSON)
+    except sgeval.SGEvalError as error:
+        raise ConvertError(error.problems) from None
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError) as error:
         raise ConvertError([f"{path}: cannot read the {what}: {type(error).__name__}: {error}"]) from None
 
 
@@ -91,7 +89,7 @@ def stream_list(path, key=None):
     decoded one at a time by sgeval's incremental reader (memory holds one item). A missing key, a
     value that is not a list or malformed JSON raises ConvertError when the reading gets there."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "the JSON file") as handle:
             stream = sgeval.JSONStream(handle)
             if key is None:
                 if stream.peek() != "[":

@@ -50,7 +50,7 @@ Every entry is checked before anything is built from it: ``rel``, ``bbox`` lists
 ``gtjson.MAX_RELATIONS`` / ``MAX_BOXES`` rows), ``bbox`` rows of four finite numbers, ``det_labels``
 one integer per box within the vocabulary, ``rel`` rows of three integers (box indices of the
 entry, predicate within the vocabulary), ``img_size`` two positive integers (integral floats
-accepted) of at most ``sgeval.MAX_IMAGE_PIXELS`` pixels, ``img_fn`` a non-empty string. A problem is
+accepted) of at most ``sgeval.max_image_pixels()`` pixels, ``img_fn`` a non-empty string. A problem is
 one line naming the file, the entry index and img_fn, and the field; nothing is written then.
 
 Predictions (``convert``, ``image_arrays``)
@@ -98,7 +98,6 @@ checked against it, as for ``sgb`` (sgb.py). Per image:
 from __future__ import annotations
 
 import collections
-import math
 import os
 import sys
 from pathlib import Path
@@ -157,9 +156,10 @@ def annotation_files(anno_dir, split, train):
 
 
 def _image_size(value):
-    """(width, height) from img_size: two positive integers (integral floats accepted), else None."""
+    """(width, height) from img_size: two positive integers up to 2**40 (integral floats accepted),
+    else None."""
     if not (isinstance(value, list) and len(value) == 2 and all(
-            type(v) in (int, float) and math.isfinite(v) and v >= 1 and v == int(v) for v in value)):
+            type(v) in (int, float) and 1 <= v <= 2 ** 40 and v == int(v) for v in value)):  # NaN, inf, 10**400: no
         return None
     return int(value[0]), int(value[1])
 
@@ -201,15 +201,15 @@ def convert_entry(index, entry, n_objects, n_predicates, path, problems):
     boxes, relations = sgeval.box_array(boxes_list), sgeval.rows_array(rels_list, 3)
     labels = sgeval.int_array(labels) if isinstance(labels, list) else None
     checks = [(name if isinstance(name, str) and name else None, "img_fn", "a non-empty string (the image file's stem)"),
-              (size, "img_size", "[width, height], two positive integers"),
+              (size, "img_size", "[width, height], two positive integers (at most 2**40)"),
               (boxes, "bbox", "a list of [x1, y1, x2, y2] rows of four finite numbers"),
               (labels, "det_labels", "a list of integers (0-based object classes)"),
               (relations, "rel", "a list of [subject, object, predicate] rows of integers")]
     bad = [f"{where}: field '{field}' must be {what}" for value, field, what in checks if value is None]
     if not bad and len(labels) != len(boxes):
         bad.append(f"{where}: field 'det_labels' holds {len(labels)} labels for the {len(boxes)} boxes of 'bbox'")
-    if not bad and size[0] * size[1] > sgeval.MAX_IMAGE_PIXELS:
-        bad.append(f"{where}: field 'img_size' {list(size)} exceeds the limit of {sgeval.MAX_IMAGE_PIXELS} pixels "
+    if not bad and size[0] * size[1] > sgeval.max_image_pixels():
+        bad.append(f"{where}: field 'img_size' {list(size)} exceeds the limit of {sgeval.max_image_pixels()} pixels "
                    f"(environment variable SGEVAL_MAX_IMAGE_PIXELS raises it)")
     if not bad:
         bad += filter(None, [

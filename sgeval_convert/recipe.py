@@ -52,9 +52,10 @@ def default_recipe(config_path):
 
 def _yaml_mapping(path, what):
     """The mapping in a YAML file ({} when empty); ConvertError when unreadable or not a mapping."""
+    text = _yaml_text(path, f"the {what}")
     try:
-        values = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as error:
         raise common.ConvertError([f"{path}: cannot read the {what}: {' '.join(str(error).split())}"]) from None
     if values is None:
         return {}
@@ -63,11 +64,24 @@ def _yaml_mapping(path, what):
     return values
 
 
+MAX_YAML_BYTES = 1 << 24  # a config or recipe file
+
+
+def _yaml_text(path, what):
+    """The text of a YAML file: a regular file (sgeval.read_regular) of UTF-8, within MAX_YAML_BYTES."""
+    try:
+        return sgeval.read_regular(path, what, MAX_YAML_BYTES).decode("utf-8")
+    except sgeval.SGEvalError as error:
+        raise common.ConvertError(error.problems) from None
+    except UnicodeDecodeError as error:
+        raise common.ConvertError([f"{path}: cannot read {what}: {error}"]) from None
+
+
 def _refuse_convert_key(config_path, recipe):
     """A config written for the old layout (a 'convert' mapping inside it) says where that went."""
     try:
-        values = yaml.safe_load(Path(config_path).read_text())
-    except (OSError, yaml.YAMLError):
+        values = yaml.safe_load(_yaml_text(config_path, "the YAML config"))
+    except (ValueError, yaml.YAMLError):
         return  # sgeval.load_config reports it
     if isinstance(values, dict) and "convert" in values:
         raise common.ConvertError([f"{config_path}: 'convert' is not an sgeval config key; move its mapping "
@@ -133,7 +147,7 @@ def stale_reason(pred, raw, gt, family, options):
     if _mtime(pred) < max(_mtime(raw), _mtime(gt)):
         return f"{pred} is older than {raw} or {gt}"
     try:
-        with zipfile.ZipFile(pred) as archive:
+        with sgeval.open_regular(pred, "the prediction ZIP") as handle, zipfile.ZipFile(handle) as archive:
             recorded = json.loads(archive.read(common.PROVENANCE))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile):
         return f"{pred} has no readable {common.PROVENANCE}"

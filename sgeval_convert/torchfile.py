@@ -576,7 +576,7 @@ def load(path, lazy=False, max_bytes=None):
     file's size + EXPAND_BYTES). Raises common.ConvertError (one line naming the file)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as handle:
+        with common.open_regular(path, "the torch.save file") as handle:
             size = os.fstat(handle.fileno()).st_size
             head = handle.read(262)
             if head.startswith(b"PK\x03\x04"):

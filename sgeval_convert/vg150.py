@@ -59,7 +59,7 @@ import numpy as np
 
 import sgeval
 from . import gtjson
-from .common import ConvertError
+from .common import ConvertError, open_regular
 
 CORRUPTED_IMAGE_IDS = (1592, 1722, 4616, 4617)  # vg.py:305, dropped from image_data.json
 BOX_SCALE = 1024  # vg.py:15: boxes_1024 is read
@@ -139,7 +139,10 @@ def open_h5(path):
         raise ConvertError([f"{path}: reading an HDF5 file needs h5py: pip install 'sgeval[vg150]' "
                             f"(or h5py)"]) from None
     try:
+        open_regular(path, "the HDF5 file").close()  # h5py would block on a FIFO
         return h5py.File(path, "r")
+    except ConvertError:
+        raise
     except (OSError, ValueError) as error:
         raise ConvertError([f"{path}: cannot read HDF5: {error}"]) from None
 

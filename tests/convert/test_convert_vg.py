@@ -262,8 +262,8 @@ def test_vg_bad_image_data(tmp_path, change, image, words):
 def test_vg_oversized_dicts_file(tmp_path, monkeypatch):
     monkeypatch.setattr(gtjson, "MAX_SMALL_JSON", 100)
     problems, paths = vg_problems(tmp_path, BASE)
-    assert problems == [f"{paths['dicts']}: {paths['dicts'].stat().st_size} bytes is more than the 100 a VG dicts "
-                        f"file may have"]
+    assert problems == [f"{paths['dicts']}: cannot read the VG dicts file: {paths['dicts'].stat().st_size} bytes, "
+                        f"more than the 100 it may have"]
 
 
 def test_vg_bad_image_data_json(tmp_path):

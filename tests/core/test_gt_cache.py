@@ -29,7 +29,8 @@ def test_cold_warm_and_no_cache_give_the_same_bits(demo_data, tmp_path, task):
     off = _results(values, gt_cache=False)
     cold = _results(values, gt_cache=str(folder))
     entries = sorted(os.listdir(folder))
-    assert 25 < len(entries) <= 31 and all(name.endswith(".gt") for name in entries)  # images whose masks matter
+    assert sgeval.GT_CACHE_KEY_FILE in entries  # the secret the entries are signed with
+    assert 25 < len(entries) - 1 <= 31 and all(name.endswith(".gt") for name in entries if name != "sgeval.key")
     assert _results(values, gt_cache=str(folder)) == cold == off
     assert sorted(os.listdir(folder)) == entries  # read, not written again
 
@@ -39,7 +40,7 @@ def _one_image_cache(tmp_path):
     values = {**perfect_case(tmp_path), "gt_cache": str(tmp_path / "cache")}
     sgeval.evaluate(sgeval.make_config(values))
     folder = tmp_path / "cache"
-    return values, folder, sorted(folder.iterdir())
+    return values, folder, sorted(folder.glob("*.gt"))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "a flipped byte", "empty", "garbage", "another image's entry",
@@ -73,7 +74,7 @@ def test_an_entry_belongs_to_its_png_and_its_gt_entry(tmp_path):
         assert cached.value.problems == error.problems
         return
     assert _results(values) == expected
-    assert len(list(folder.iterdir())) == len(entries) + 1
+    assert len(list(folder.glob("*.gt"))) == len(entries) + 1
 
 
 def test_the_folder_stays_within_its_bound(tmp_path, demo_data):
@@ -82,7 +83,7 @@ def test_the_folder_stays_within_its_bound(tmp_path, demo_data):
     cache = sgeval.GTCache(str(tmp_path / "small"), disk_bytes=4000)
     for image in gt.images:
         sgeval.prepared_gt_masks(image, cache)
-    sizes = [path.stat().st_size for path in (tmp_path / "small").iterdir()]
+    sizes = [path.stat().st_size for path in (tmp_path / "small").glob("*.gt")]
     assert 0 < sum(sizes) <= 4000 and len(sizes) < len(gt.images)
 
 
@@ -138,7 +139,7 @@ def test_an_evaluator_keeps_its_prepared_gt_in_memory_across_epochs(demo_data, t
         for image_id, arguments in updates:
             evaluator.update(image_id, **arguments)
         results.append(json.dumps(evaluator.compute()))
-        for path in (tmp_path / "c").iterdir():
+        for path in (tmp_path / "c").glob("*.gt"):
             path.unlink()
     assert results[0] == results[1] and len(evaluator.gt_cache.memory) == len(updates)
-    assert not list((tmp_path / "c").iterdir())  # the second epoch wrote nothing: memory served it
+    assert not list((tmp_path / "c").glob("*.gt"))  # the second epoch wrote nothing: memory served it

@@ -248,16 +248,18 @@ def test_wrong_types_name_the_field(demo, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     lines = report(tmp_path / "bad.json").stderr.splitlines()
     where = tmp_path / "bad.json"
-    assert lines == [f"error: {where}: metrics: expected a mapping of names to finite numbers or null",
-                     f"error: {where}: gt_relations_per_predicate: expected a mapping of names to integers",
+    assert lines == [f"error: {where}: metrics: expected a mapping of names to finite numbers (within +-2**53) or "
+                     f"null",
+                     f"error: {where}: gt_relations_per_predicate: expected a mapping of names to counts (integers "
+                     f"from 0 to 2**53)",
                      f"error: {where}: by_protocol.openpsg.predicate_confusion.counts.over: expected a mapping of "
-                     f"names to integers"]
+                     f"names to counts (integers from 0 to 2**53)"]
 
 
 def test_a_huge_results_file_is_refused_before_reading(tmp_path, monkeypatch):
     monkeypatch.setattr(sgeval_report, "MAX_RESULTS_BYTES", 10)
     (tmp_path / "big.json").write_text(" " * 11)
-    assert "11 bytes, more than the 10 a results file may have" in report(tmp_path / "big.json").stderr
+    assert "cannot read the results file: 11 bytes, more than the 10 it may have" in report(tmp_path / "big.json").stderr
 
 
 def test_labels_from_options_and_files(demo, tmp_path):
@@ -335,7 +337,7 @@ def test_unknown_metrics_and_protocols_are_named(demo):
 
 def test_non_finite_values_are_refused(demo, tmp_path):
     (tmp_path / "nan.json").write_text(demo["A"].read_text().replace('"R@20": 0.', '"R@20": NaN, "x": 0.', 1))
-    assert f"error: {tmp_path / 'nan.json'}: metrics: expected a mapping of names to finite numbers or null" in \
+    assert f"error: {tmp_path / 'nan.json'}: metrics: expected a mapping of names to finite numbers" in \
         report(tmp_path / "nan.json").stderr
 
 
