@@ -41,9 +41,12 @@ Contents, in the order one image flows
  6. Kernels             numba: mask_iou, box_iou, the matchers, the SingleMPO merge, first_positions.
  7. One image           evaluate_image: the task's instances (task_instances), their IoU with the GT
                         (image_iou), the SingleMPO merge, then every protocol's counts.
- 8. Count fields        CountField: every per-image count declared once (RECALL_FIELDS, OI_FIELDS).
- 9. Protocols           one unit each (Protocol: unique, singlempo, multimpo, openpsg, sgb, oi) holding
-                        its matching, counts, metrics, rules, row lists and notes; PROTOCOLS.
+ 8. Count fields        CountField: every per-image count declared once, with its shape, its bound
+                        and what decides it (RECALL_FIELDS, OI_FIELDS, AG_FIELDS, PQ_FIELDS).
+ 9. Protocols           one unit each (Protocol: unique, singlempo, multimpo, openpsg, sgb, oi, ag)
+                        holding its matching, counts, metrics, rules, row lists, state checks and
+                        notes; PROTOCOLS. 9b: panoptic quality, a measure beside them (MEASURES),
+                        and the merge rules of overlapping masks (MERGE_RULES).
 10. Per-image counts    image_counts / legacy_counts: a Matching and the rows -> the count fields.
 11. Aggregation         CountStore, aggregate: the stacked counts -> metrics.
 12. Results             evaluate, build_results (the results dict), per_image_lines, format_table.
@@ -95,7 +98,8 @@ from PIL import Image
 
 __all__ = [  # the public API; the other names are the parts it is made of
     # evaluate
-    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "load_config", "make_config", "SGEvalError",
+    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "load_config", "make_config",
+    "SGEvalError",
     # the formats
     "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
     "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
@@ -2601,7 +2605,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
     ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
-    row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H, W) bool or uint8) or
+    row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H,
+    W) bool or uint8) or
     ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
@@ -3251,19 +3256,25 @@ def dimensions(settings):
 
 
 RECALL_FIELDS = (  # every protocol counts these, in this order (a record's layout)
-    CountField("gt_rel", ("C",), "GT relations (duplicates removed; sgb: every row of the file)", "gt_relations", gt_only=True),
+    CountField("gt_rel", ("C",), "GT relations (duplicates removed; sgb: every row of the file)", "gt_relations",
+               gt_only=True),
     CountField("gc_hits", ("K", "C"), "GT relations the R@k selection finds", "R@", "R", "gt_rel", limit="gt_rel"),
-    CountField("ng_hits", ("K", "C"), "GT relations the ngR@k selection finds", "ngR@", "ngR", "gt_rel", limit="gt_rel"),
+    CountField("ng_hits", ("K", "C"), "GT relations the ngR@k selection finds", "ngR@", "ngR", "gt_rel",
+               limit="gt_rel"),
     CountField("gt_pairs", (), "distinct GT subject-object pairs", "gt_pairs", gt_only=True),
-    CountField("pair_hits", ("K",), "GT pairs a row of the R@k selection finds", "PR@", "PR", "gt_pairs", limit="gt_pairs"),
-    CountField("inf_hits", ("C",), "GT relations with both instances matched", "R@inf", "Rinf", "gt_rel", limit="gt_rel"),
+    CountField("pair_hits", ("K",), "GT pairs a row of the R@k selection finds", "PR@", "PR", "gt_pairs",
+               limit="gt_pairs"),
+    CountField("inf_hits", ("C",), "GT relations with both instances matched", "R@inf", "Rinf", "gt_rel",
+               limit="gt_rel"),
     CountField("gt_inst", (), "GT instances", "gt_instances", gt_only=True),
     CountField("inst_hits", (), "GT instances matched", "InstR", "InstR", "gt_inst", limit="gt_inst"),
     CountField("rank_sum", ("C",), "PRank: the ranks of the GT relations that appear, summed"),
     CountField("rank_n", ("C",), "PRank: the GT relations that appear", limit="gt_rel"),
     CountField("z_gt", (), "zero-shot GT relations", "gt_zeroshot", gt_only=True),
-    CountField("z_gc_hits", ("K",), "zero-shot GT relations the R@k selection finds", "zR@", "zR", "z_gt", limit="z_gt"),
-    CountField("z_ng_hits", ("K",), "zero-shot GT relations the ngR@k selection finds", "ngzR@", "ngzR", "z_gt", limit="z_gt"),
+    CountField("z_gc_hits", ("K",), "zero-shot GT relations the R@k selection finds", "zR@", "zR", "z_gt",
+               limit="z_gt"),
+    CountField("z_ng_hits", ("K",), "zero-shot GT relations the ngR@k selection finds", "ngzR@", "ngzR", "z_gt",
+               limit="z_gt"),
     CountField("imr_hits", ("IMR", "C"), "GT relations among the first k rows of their predicate", limit="gt_rel"),
     CountField("imr_short", ("IMR",), "1 when a predicate of the GT has fewer than k rows listed"),
     CountField("a_hits", ("K",), "A@k: GT relations the rows on GT pairs find (sgcls, predcls)", "A@", "A", "gt_rel"),
@@ -3714,7 +3725,8 @@ def oi_candidates(gt, pred, iou_PG, relations_R3, rows_N3, threshold):
 def oi_counts(gt, pred, listed, settings):
     """The oi protocol's own counts of one image (PySGG's eval_rel_results, every GT row of the
     file counted, duplicates included): oi_gt the GT rows; oi_hits the GT rows hit by the first k
-    rows of the OI list (oi_list of ``listed``, the prediction's scored rows; a row hits a GT row as in sgb: predicate, categories and both box
+    rows of the OI list (oi_list of ``listed``, the prediction's scored rows; a row hits a GT row as
+    in sgb: predicate, categories and both box
     IoUs >= threshold) for each cut-off and OI_SCORE_K; oi_npos the GT rows per predicate; oi_dets
     (5, N) per listed row: predicate, the score's float64 bits (high and low 32), the GT row
     oi_candidates gives + 1 for the relationship and for the phrase AP (0: none)."""
@@ -3792,7 +3804,8 @@ AG_LISTS = (  # STTran's three constraints: the list, and the families of its R,
     ("no", "ngR", "mNgR", "fmNgR", "vNgR"))
 AG_FIELDS = (
     CountField("ag_gt", ("C",), "GT relation rows (every row of the file)", "gt_relations", gt_only=True),
-    CountField("ag_hits", (3, "K", "C"), "GT rows the first k rows of each constraint's list hit (with, semi, no)", limit="ag_gt"),
+    CountField("ag_hits", (3, "K", "C"), "GT rows the first k rows of each constraint's list hit (with, semi, no)",
+               limit="ag_gt"),
 )
 
 
@@ -3888,7 +3901,8 @@ class ActionGenome(LegacyProtocol):
                 f"predicate; vR: video means")
 
 
-PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), OpenPSG(), SGB(), OpenImages(), ActionGenome())}
+PROTOCOLS = {unit.name: unit for unit in (Unique(), SingleMPO(), MultiMPO(), OpenPSG(), SGB(), OpenImages(),
+                                          ActionGenome())}
 RECALL_PROTOCOLS = tuple(name for name, unit in PROTOCOLS.items() if unit.compare)  # --compare-protocols
 COUNT_FIELDS = {field.name: field for unit in PROTOCOLS.values() for field in unit.fields}  # every count field
 PER_PREDICATE_FIELDS = frozenset(name for name, field in COUNT_FIELDS.items() if field.per_predicate)

@@ -82,7 +82,7 @@ import click
 import numpy as np
 
 import sgeval
-from . import common, gtjson, torchfile
+from . import common, gtjson, torchfile, unpickler
 from .common import ConvertError
 
 FAMILY = "ag"
@@ -282,11 +282,11 @@ def convert_gt(anno_dir, out_json, objects_file=None, train=True):
 
 def _array(pred, name, shape, where, kinds="iuf"):
     value = common.as_numpy(pred.get(name)) if isinstance(pred, dict) else None
-    if isinstance(value, common.Lazy):
+    if isinstance(value, unpickler.Lazy):
         value = torchfile.read_lazy(value, where)
     if value is None:
         raise ConvertError([f"{where}: missing field '{name}'"])
-    if isinstance(value, common.TorchObject):
+    if isinstance(value, unpickler.TorchObject):
         raise ConvertError([f"{where}: field '{name}' is a torch tensor in a plain pickle, which cannot be read "
                             f"without torch; save the predictions with torch.save"])
     array = np.asarray(value) if isinstance(value, np.ndarray) else None
@@ -498,7 +498,7 @@ def convert(raw, out, gt, task=None, attention=None, progress=None):
         for video, images, pred in videos:
             for arrays in video_arrays(pred if isinstance(pred, dict) else {}, images, len(truth.object_classes),
                                        task, attention, f"{raw}: video {video}"):
-                yield common.RawResult({**arrays, "task": task})
+                yield unpickler.RawResult({**arrays, "task": task})
 
     raw_input = common.RawInput(len(truth.images), sources(), lambda: 0)
     provenance = {"options": {"task": task, "attention": attention}, "task": task, "attention": attention,
