@@ -3339,6 +3339,7 @@ class Protocol:
     fixed_rules = None  # the aggregation rules its tool fixes, whatever the config says
     scalar_keys = ()  # its metrics without a cut-off (the table prints them in one line)
     table_families = ()  # its metric families beyond the shared ones, a row each in the table
+    report_metrics = ("R", "mR")  # the default columns of sgeval report's main table under it (families or keys)
 
     def __repr__(self):
         return f"<protocol {self.name}>"
@@ -3620,6 +3621,7 @@ class OpenImages(SGB):
     fields = RECALL_FIELDS + OI_FIELDS
     lists = {**Protocol.lists, "oi": ("oi", "ng_triplets")}  # its scored list: row_lists.oi, else ng_triplets
     scalar_keys = OI_SCALARS
+    report_metrics = ("R@50", "mR@50", "wmAP_rel", "wmAP_phr", "score_wtd")  # what Open Images papers report
 
     def config_problems(self, config, source):
         if config.gt_seg:
@@ -3830,6 +3832,7 @@ class ActionGenome(LegacyProtocol):
     lists = {"with": ("with", "triplets"), "semi": ("semi",), "no": ("no", "ng_triplets")}
     fixed_rules = {"absent_predicates": "zero", "aggregation": "per_image"}
     table_families = ("semiR", "mSemiR", "fmR", "fmSemiR", "fmNgR", "vR", "vSemiR", "vNgR")
+    report_metrics = ("R", "semiR", "ngR", "mR")  # what Action Genome papers report: the three constraints' R@k, mR@k
 
     def config_problems(self, config, source):
         if config.gt_seg:

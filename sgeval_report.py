@@ -9,9 +9,9 @@ Tables (``--tables``, comma-separated, or ``all``):
 * ``main``: one row per model, the chosen metrics (``--metrics`` families or keys, ``--k`` cut-offs)
   of one protocol (``--protocol``; default: each file's headline protocol), in percent with
   ``--decimals`` decimals (PRank: a mean rank, lower is better); best value per column in bold,
-  second underlined (with three rows or more). Default metrics: R, mR; of an ``oi`` headline
-  OI_METRICS (PySGG's Open Images columns), of an ``ag`` headline AG_METRICS (STTran's with /
-  semi / no constraint recall and TEMPURA's mR at every k).
+  second underlined (with three rows or more). Default metrics: R, mR, or the headline protocol's
+  own columns (``Protocol.report_metrics``: an ``oi`` headline PySGG's Open Images columns, an
+  ``ag`` headline STTran's with / semi / no constraint recall and TEMPURA's mR at every k).
 * ``protocols``: per model, ``--compare-metrics`` under every protocol the runs evaluated
   (``--protocols``; headline first), and the protocol audit of each run under the table.
 * ``predicates``: one row per predicate (by GT frequency, in head / body / tail groups when the
@@ -49,9 +49,8 @@ FORMATS = ("markdown", "latex", "csv")
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}  # the usual short names, accepted too
 NO_K_KEYS = ("InstR", "R@inf", "mR@inf", "PRank", *sgeval.OI_SCALARS, *sgeval.PQ_KEYS)
 SEGMENTATION_KEYS = ("PQ", "SQ", "RQ", "PQ_th", "PQ_st", "R@inf", "mR@inf")  # and the headline mR@k
-OI_METRICS = ("R@50", "mR@50", "wmAP_rel", "wmAP_phr", "score_wtd")  # the columns Open Images papers report
-AG_METRICS = ("R", "semiR", "ngR", "mR")  # Action Genome papers: with / semi / no constraint R@k, mR@k
-HEADLINE_METRICS = {"oi": OI_METRICS, "ag": AG_METRICS}  # a headline protocol's default main-table columns
+OWN_COLUMNS = "; ".join(f"on {name} results: {','.join(unit.report_metrics)}" for name, unit in sgeval.PROTOCOLS.items()
+                        if unit.report_metrics != sgeval.Protocol.report_metrics)  # the --metrics help
 LOWER_IS_BETTER = ("PRank",)
 
 
@@ -759,8 +758,7 @@ def _labels(pairs, mapping_file):
 @click.option("--tables", "table_names", help="Tables, comma-separated: main, protocols, predicates, confusion, "
               "segmentation or all (default: main, protocols when a run has several, segmentation when one has PQ).")
 @click.option("--metrics", help="Metric families (R, mR, ngR, ... one column per k) or keys (R@50, mR@50/head, "
-              "PRank, wmAP_rel) (default: R,mR; on oi results: " + ",".join(OI_METRICS) + "; on ag results: " +
-              ",".join(AG_METRICS) + ").")
+              "PRank, wmAP_rel) (default: R,mR; " + OWN_COLUMNS + ").")
 @click.option("--k", "ks", help="Cut-offs (default: the absolute ones every file has).")
 @click.option("--protocol", help="Protocol of the main, predicates and confusion tables (default: the headline).")
 @click.option("--compare-metrics", help="Keys of the protocol comparison (default: R@50, mR@50).")
@@ -789,7 +787,8 @@ def main(results, table_names, metrics, ks, protocol, compare_metrics, compare_p
             names.remove("segmentation")
         cutoffs = sgeval.as_list(ks) if ks else default_ks(runs)
         headline = protocol or runs[0].results["config"]["protocol"]
-        families = sgeval.as_list(metrics) if metrics else list(HEADLINE_METRICS.get(headline, ("R", "mR")))
+        families = sgeval.as_list(metrics) if metrics else \
+            list(sgeval.PROTOCOLS[headline].report_metrics if headline in sgeval.PROTOCOLS else ("R", "mR"))
         tables = build_tables(runs, names, families, cutoffs, protocol,
                               sgeval.as_list(compare_metrics) if compare_metrics else None, top, allow_mixed,
                               sgeval.as_list(compare_protocols) if compare_protocols else None)

@@ -408,7 +408,7 @@ def test_results_with_panoptic_quality_are_read_and_a_broken_section_is_named(de
     where = tmp_path / "bad.json"
     assert report(where).stderr.splitlines() == [
         f"error: {where}: panoptic_quality.merge: expected a name",
-        f"error: {where}: panoptic_quality.Things: expected a mapping of names to finite numbers or null",
+        f"error: {where}: panoptic_quality.Things: expected a mapping of names to finite numbers (within +-2**53) or null",
         f"error: {where}: panoptic_quality.per_category: expected a mapping"]
     bad["panoptic_quality"] = ["score-order"]
     (tmp_path / "bad.json").write_text(json.dumps(bad))
