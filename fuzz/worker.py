@@ -299,7 +299,7 @@ def _make_impossible(state, spec, settings, sgeval):
     start, stop = offsets[at], offsets[at + 1]
     columns, blocks, _, _ = sgeval.unpack_record(state["values"][start:stop], settings)
     protocol = settings.protocols[spec["protocol"] % len(settings.protocols)]
-    fields = dict(zip(sgeval.settings_shapes(settings, protocol), blocks[protocol][0]))
+    fields = blocks[protocol]  # {field: array view} (the unit's count fields)
     view, how = fields[spec["field"]], spec["how"]
     position = spec["position"] % max(view.size, 1)
     if how == "beyond":

@@ -190,9 +190,9 @@ def test_a_benchmark_of_the_service_may_rank_by_score_wtd():
     assert [settings.metric_family(key) for key in ("score_wtd", "wmAP_phr", "imgR@50", "R@50", "mR@100")] == \
         ["oi", "oi", "oi", "R", "mR"]
     problems = []
-    extra = settings._evaluation({}, ["score_wtd", "R@50"], "here", problems)
+    extra = settings._evaluation({}, ["score_wtd", "R@50"], ("oi", "sgb"), "here", problems)
     assert problems == [] and extra["metrics"] == ["R"]  # oi's own keys come with the protocol
-    settings._metrics({"metrics": ["score_wtd", "Q@5"]}, "here", problems)
+    settings._metrics({"metrics": ["score_wtd", "Q@5"]}, ("oi", "sgb"), "here", problems)
     assert problems == ["here: metric 'Q@5' is not a result key of sgeval (R@50, mR@100, PRank, ...)"]
 
 
