@@ -49,13 +49,18 @@ def fixture_dir(request, tmp_path_factory):
     return folder
 
 
-def scored(folder, task, tool):
+def converted(folder, task, tool):
+    """(GT JSON, prediction ZIP) of a fixture's task as the tool's input converts (made once)."""
     kind, attention = TOOL_INPUT[tool]
     gt = folder / ("gt_predcls.json" if task == "predcls" else "gt_filtered.json")
     out = folder / f"{task}_{kind}.zip"
     if not out.exists():
         ag.convert(folder / f"pred_{task}_{kind}.pt", out, gt, task=task, attention=attention)
-    return reference_ag.evaluate(gt, out)
+    return gt, out
+
+
+def scored(folder, task, tool):
+    return reference_ag.evaluate(*converted(folder, task, tool))
 
 
 def test_fixtures_exist():

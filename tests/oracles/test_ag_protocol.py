@@ -10,17 +10,13 @@ gives the file's numbers bit for bit."""
 
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from conftest import sgeval
-from sgeval_convert import ag
+from tests.oracles.test_ag_oracle import FIXTURES, TOOL_INPUT, converted, fixture_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = sorted((ROOT / "tests" / "data" / "ag").glob("ag-*.zip"))
 TASKS = ("predcls", "sgcls", "sgdet")
-TOOL_INPUT = {"sttran": ("logits", "logits"), "tempura": ("probs", "probabilities"), "dsgdetr": ("logits", "logits")}
 FAMILIES = {"with": ("R", "mR", "fmR"), "semi": ("semiR", "mSemiR", "fmSemiR"), "no": ("ngR", "mNgR", "fmNgR")}
 PER_IMAGE = {"with": "R@", "semi": "semiR@", "no": "ngR@"}
 KS = ("10", "20", "50", "100")
@@ -29,22 +25,7 @@ TOLERANCE = 1e-9
 
 @pytest.fixture(scope="module", params=FIXTURES, ids=lambda p: p.stem)
 def folder(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param.stem)
-    with zipfile.ZipFile(request.param) as archive:
-        archive.extractall(folder)
-    ag.convert_gt(folder / "annotations", folder / "gt_predcls.json")
-    ag.convert_gt(folder / "annotations", folder / "gt_filtered.json",
-                  objects_file=folder / "dataloader" / "object_bbox_and_relationship_filtersmall.pkl")
-    return folder
-
-
-def converted(folder, task, tool):
-    kind, attention = TOOL_INPUT[tool]
-    gt = folder / ("gt_predcls.json" if task == "predcls" else "gt_filtered.json")
-    out = folder / f"{task}_{kind}.zip"
-    if not out.exists():
-        ag.convert(folder / f"pred_{task}_{kind}.pt", out, gt, task=task, attention=attention)
-    return gt, out
+    return fixture_dir.__wrapped__(request, tmp_path_factory)
 
 
 @pytest.mark.parametrize("task", TASKS)
