@@ -394,7 +394,7 @@ def make_config(values, source="config", need_pred=False):
         problems.append(f"{source}: workers must be an integer from 1 to {MAX_WORKERS}")
     problems += [f"{source}: {key} must be true or false" for key in ("per_predicate", "audit", "pq")
                  if not isinstance(merged[key], bool)]
-    if merged["pq_merge"] not in MERGE_RULES:
+    if not isinstance(merged["pq_merge"], str) or merged["pq_merge"] not in MERGE_RULES:
         problems.append(f"{source}: pq_merge '{merged['pq_merge']}' is not one of {', '.join(MERGE_RULES)}")
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
                        for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output",

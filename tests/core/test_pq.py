@@ -148,6 +148,8 @@ def test_pq_needs_masks_and_a_known_merge_rule(tmp_path):
         sgeval.make_config({"gt": "g.json", "pq": True, "pq_merge": "argmax"})
     assert any("pq_merge 'argmax' is not one of none, score-order, first-wins" in p for p in info.value.problems)
     assert any("pq needs masks (gt_seg)" in p for p in info.value.problems)
+    with pytest.raises(sgeval.SGEvalError, match="pq_merge .* is not one of"):  # a YAML list, not a name
+        sgeval.make_config({"gt": "g.json", "gt_seg": "p", "pq": True, "pq_merge": ["score-order"]})
 
 
 def test_pan_results_through_the_panoptic_form_give_panopticapis_numbers(case):
