@@ -413,8 +413,8 @@ def make_config(values, source="config", need_pred=False):
                     subsets=subset_specs(merged["subsets"], source, problems))
     for name in dict.fromkeys(name for name in (config.protocol, *config.protocols) if isinstance(name, str)):
         problems += PROTOCOLS[name].config_problems(config, source) if name in PROTOCOLS else []
-    if config.pq is True:
-        problems += MEASURES["pq"].config_problems(config, source)
+    for name in config_measures(config):
+        problems += MEASURES[name].config_problems(config, source)
     if problems:
         raise SGEvalError(problems)
     return config
@@ -1318,7 +1318,7 @@ class ImageRecord(typing.NamedTuple):
 def settings_of(config, n_predicates, subsets=(), gt=None):
     """The Settings every image of a run is evaluated with (subsets: resolve_subsets of its specs;
     gt: the GroundTruth, whose vocabulary panoptic quality counts over)."""
-    measures = ("pq",) if config.pq else ()
+    measures = config_measures(config)
     return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
                     config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
                     config.confusion_k, tuple(subsets), measures, config.pq_merge if measures else None,
@@ -4021,6 +4021,11 @@ class PanopticQuality:
 
     name = "pq"
     results_key = "panoptic_quality"  # its section of the results dict
+
+    @staticmethod
+    def enabled(config):
+        """Whether a config asks for it (config key ``pq``)."""
+        return config.pq is True
     fields = PQ_FIELDS
     needs_all_masks = True
 
@@ -4081,6 +4086,11 @@ class PanopticQuality:
 
 
 MEASURES = {unit.name: unit for unit in (PanopticQuality(),)}  # units counted beside the protocols (Settings)
+
+
+def config_measures(config):
+    """The names of the measures a config asks for (each unit's ``enabled``), in registry order."""
+    return tuple(name for name, unit in MEASURES.items() if unit.enabled(config))
 MEASURE_SETTINGS = ("measures", "pq_merge", "n_objects", "n_things")  # the Settings fields they add
 COUNT_FIELDS.update({field.name: field for unit in MEASURES.values() for field in unit.fields})
 
