@@ -29,7 +29,7 @@ the bit), or from the command line::
 
 Contents, in the order one image flows
 --------------------------------------
- 1. Configuration       Config, make_config / load_config; named GT subsets.
+ 1. Configuration       Config (Inputs, Rules, RunOptions), make_config / load_config; named GT subsets.
  2. Ground truth        read_gt: psg.json entry by entry into GTImage arrays (once per Evaluator).
  3. The Evaluator       update / update_file / merge / sync / compute; an image's record of counts
                         (pack_record / unpack_record) and the state_dict.
@@ -98,8 +98,8 @@ from PIL import Image
 
 __all__ = [  # the public API; the other names are the parts it is made of
     # evaluate
-    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "load_config", "make_config",
-    "SGEvalError",
+    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "Inputs", "Rules", "RunOptions",
+    "load_config", "make_config", "SGEvalError",
     # the formats
     "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
     "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
@@ -283,14 +283,26 @@ def _regular_file(path, what):
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """Everything one evaluation depends on. YAML keys and CLI options use these names."""
+class Inputs:
+    """The files a run reads."""
 
     gt: str = ""  # OpenPSG psg.json
     gt_seg: str | None = None  # panoptic PNG root; None = box mode
     pred: str = ""  # predictions: .json, .zip or directory
     train_gt: str | None = None  # training annotations (default: gt's non-test images)
     zeroshot_triplets: str | None = None  # JSON/CSV rows [subject cat, object cat, predicate]
+
+    @property
+    def mode(self):
+        """ "mask" with a panoptic PNG root (gt_seg), else "box"."""
+        return "mask" if self.gt_seg else "box"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What decides a run's numbers: the same inputs under the same rules give the same results,
+    whatever the run's options."""
+
     protocol: str = DEFAULT_PROTOCOL  # the headline protocol (a name in PROTOCOLS)
     protocols: tuple = ()  # more protocols evaluated side by side in the same run
     task: str = "sgdet"  # sgdet | sgcls | predcls: sgcls / predcls instances are the GT's, in GT order
@@ -302,17 +314,45 @@ class Config:
     predicate_groups: str | None = None  # head / body / tail mR: frequency | pysgg-vg150 | a JSON/YAML file
     absent_predicates: str = "skip"  # skip | zero: predicates absent from the GT in m-type means (openpsg, sgb: zero)
     aggregation: str = "per_image"  # per_image | pooled (openpsg, sgb: always per_image)
-    per_predicate: bool = False  # print the per-predicate table
     confusion_k: str = "50"  # the cut-off of the predicate confusion counts
     audit: bool = True  # protocol audit (off: unique / multimpo skip the masks of categories not in the GT)
+    subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
+    pq: bool = False  # panoptic quality (PQ / SQ / RQ) of the predicted masks, as panopticapi computes it
+    pq_merge: str = "none"  # overlapping masks become a panoptic segmentation by this rule (MERGE_RULES)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run goes and where its results go; none of them changes a number."""
+
     workers: int = 1  # processes decoding and matching images (an Evaluator: threads)
     gt_cache: object = None  # prepared GT images: a folder; None: the user cache folder; False: none
     output: str | None = None  # JSON results file
     per_image: str | None = None  # JSON Lines file of every image's hits
+    per_predicate: bool = False  # print the per-predicate table
     model: str | None = None  # the model's name in reports (default: the results file's name)
-    subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
-    pq: bool = False  # panoptic quality (PQ / SQ / RQ) of the predicted masks, as panopticapi computes it
-    pq_merge: str = "none"  # overlapping masks become a panoptic segmentation by this rule (MERGE_RULES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(RunOptions, Rules, Inputs):
+    """A run's Inputs, Rules and RunOptions, flat, as YAML keys and CLI options name them
+    (``config.k``); ``config.inputs``, ``config.rules`` and ``config.options`` are its three parts."""
+
+    @property
+    def inputs(self):
+        return _config_part(self, Inputs)
+
+    @property
+    def rules(self):
+        return _config_part(self, Rules)
+
+    @property
+    def options(self):
+        return _config_part(self, RunOptions)
+
+
+def _config_part(config, part):
+    return part(**{field.name: getattr(config, field.name) for field in dataclasses.fields(part)})
 
 
 _CHOICES = {"task": TASKS, "absent_predicates": ("skip", "zero"), "aggregation": ("per_image", "pooled")}
@@ -971,7 +1011,7 @@ class Evaluator:
         mark_zeroshot(self.gt.images, self.training.types, given)
         self.groups = predicate_groups(self.config.predicate_groups, self.gt.predicate_classes, self.training.relations)
         self.subsets = evaluator_subsets(self.config, self.gt, self.groups)
-        self.settings = settings_of(self.config, n_predicates, self.subsets, self.gt)
+        self.settings = settings_of(self.config.rules, self.config.mode, n_predicates, self.subsets, self.gt)
         folder = None if self.config.gt_cache is False else self.config.gt_cache or default_gt_cache()
         self.gt_cache = GTCache(folder, gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)) \
             if self.settings.mode == "mask" and self.config.gt_cache is not False else None
@@ -1315,14 +1355,14 @@ class ImageRecord(typing.NamedTuple):
     values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
 
 
-def settings_of(config, n_predicates, subsets=(), gt=None):
-    """The Settings every image of a run is evaluated with (subsets: resolve_subsets of its specs;
-    gt: the GroundTruth, whose vocabulary panoptic quality counts over)."""
-    measures = config_measures(config)
-    return Settings("mask" if config.gt_seg else "box", tuple(dict.fromkeys((config.protocol, *config.protocols))),
-                    config.iou_threshold, config.k, config.imr_k, n_predicates, config.audit, config.task,
-                    config.confusion_k, tuple(subsets), measures, config.pq_merge if measures else None,
-                    len(gt.object_classes) if gt and measures else 0, gt.n_things if gt and measures else 0)
+def settings_of(rules, mode, n_predicates, subsets=(), gt=None):
+    """The Settings every image of a run is evaluated with, of its Rules and mode (subsets:
+    resolve_subsets of its specs; gt: the GroundTruth, whose vocabulary panoptic quality counts over)."""
+    measures = config_measures(rules)
+    return Settings(mode, tuple(dict.fromkeys((rules.protocol, *rules.protocols))), rules.iou_threshold, rules.k,
+                    rules.imr_k, n_predicates, rules.audit, rules.task, rules.confusion_k, tuple(subsets), measures,
+                    rules.pq_merge if measures else None, len(gt.object_classes) if gt and measures else 0,
+                    gt.n_things if gt and measures else 0)
 
 
 def _file_digest(path):
@@ -3387,28 +3427,28 @@ class Protocol:
         return image_counts(gt.relations, gt.zeroshot, len(gt.categories), np.zeros(0, np.int64), NO_ROWS, NO_ROWS,
                             settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k, gt.subsets)
 
-    def rules(self, config):
-        """The aggregation rules its numbers follow."""
+    def rules(self, config_rules):
+        """The aggregation rules its numbers follow (config_rules: the run's Rules)."""
         return dict(self.fixed_rules) if self.fixed_rules else \
-            {"absent_predicates": config.absent_predicates, "aggregation": config.aggregation}
+            {"absent_predicates": config_rules.absent_predicates, "aggregation": config_rules.aggregation}
 
-    def families(self, config):
-        """The metric families it reports of those the config asks for."""
-        return [family for family in config.metrics if family != "A" or config.task != "sgdet"]
+    def families(self, config_rules):
+        """The metric families it reports of those the run's Rules ask for."""
+        return [family for family in config_rules.metrics if family != "A" or config_rules.task != "sgdet"]
 
-    def metrics(self, config, store, training, groups, subsets, gt=None):
-        """(metrics, per_predicate, rules) from its CountStore: aggregate under its rules, the
-        predicate groups' and the subsets' means (gt: the evaluated GroundTruth)."""
-        rules, wanted = self.rules(config), self.families(config)
-        metrics, per_predicate = aggregate(store, config.k, config.imr_k, wanted, rules["absent_predicates"],
-                                           rules["aggregation"], training.pairs, config.wimr_tau)
-        metrics.update(group_means(per_predicate, groups, config.k, rules["absent_predicates"]))
-        subset_values, subset_per_predicate = subset_metrics(store, config.k, subsets, wanted, **rules)
+    def metrics(self, config_rules, store, training, groups, subsets, gt=None):
+        """(metrics, per_predicate, rules) from its CountStore under the run's Rules: aggregate
+        under its rules, the predicate groups' and the subsets' means (gt: the evaluated GroundTruth)."""
+        rules, wanted, k = self.rules(config_rules), self.families(config_rules), config_rules.k
+        metrics, per_predicate = aggregate(store, k, config_rules.imr_k, wanted, rules["absent_predicates"],
+                                           rules["aggregation"], training.pairs, config_rules.wimr_tau)
+        metrics.update(group_means(per_predicate, groups, k, rules["absent_predicates"]))
+        subset_values, subset_per_predicate = subset_metrics(store, k, subsets, wanted, **rules)
         metrics.update(subset_values)
         per_predicate.update(subset_per_predicate)
         return metrics, per_predicate, rules
 
-    def per_image_columns(self, store, config, families):
+    def per_image_columns(self, store, config_rules, families):
         """per_image's columns {key: (I,) or (I, K) int64}: the hits behind each R-type metric of
         the families (CountField.family) and their denominators."""
         fields = {field.name: field for field in self.fields}
@@ -3418,7 +3458,7 @@ class Protocol:
                 for name, key in ((field.total, fields[field.total].key), (field.name, field.key)):
                     array = store[name]
                     columns[key] = array.sum(axis=-1) if fields[name].per_predicate else array
-        columns.update(_subset_columns(store, config.k, [spec.name for spec in config.subsets], families))
+        columns.update(_subset_columns(store, config_rules.k, [spec.name for spec in config_rules.subsets], families))
         return columns
 
     def gt_counts(self, image, settings):
@@ -3450,7 +3490,7 @@ class Protocol:
         """A line under the table about its rules, or None."""
         return None
 
-    def task_check_note(self, config):
+    def task_check_note(self, config_rules):
         """What it did with a prediction whose instances are not the GT's (sgcls, predcls), when
         that is not what task_check's meaning says, or None."""
         return None
@@ -3585,8 +3625,8 @@ class SGB(LegacyProtocol):
             compared = compared._replace(pred=pred, iou=iou, masks=None)
         return super().image_counts(compared)
 
-    def task_check_note(self, config):
-        if config.task != "predcls":
+    def task_check_note(self, config_rules):
+        if config_rules.task != "predcls":
             return None
         return (f"{self.name}: on these images the GT's instances were put in place of the prediction's by index, as "
                 f"{self.tool.name}'s evaluator does: its number used shifted instances (the fair protocols score "
@@ -3650,7 +3690,7 @@ class OpenImages(SGB):
         counts.update(oi_counts(gt, None, (NO_ROWS, np.zeros(0)), settings))
         return counts
 
-    def families(self, config):
+    def families(self, config_rules):
         return ["mR"]  # its own R@k ranks another list: of the recall families only the mR PySGG prints
 
     def gt_counts(self, image, settings):
@@ -3668,12 +3708,12 @@ class OpenImages(SGB):
                 problems.append(f"{where} listed rows are out of range or not ranked by score")
         return problems
 
-    def metrics(self, config, store, training, groups, subsets, gt=None):
-        metrics, per_predicate, rules = super().metrics(config, store, training, groups, subsets)
-        oi_values, oi_per_predicate = oi_metrics(store, config.k)
+    def metrics(self, config_rules, store, training, groups, subsets, gt=None):
+        metrics, per_predicate, rules = super().metrics(config_rules, store, training, groups, subsets)
+        oi_values, oi_per_predicate = oi_metrics(store, config_rules.k)
         return {**oi_values, **metrics}, {**oi_per_predicate, **per_predicate}, rules
 
-    def per_image_columns(self, store, config, families):
+    def per_image_columns(self, store, config_rules, families):
         return {"gt_relations": store["oi_gt"], "R@": store["oi_hits"][:, :-1]}
 
     def table_note(self, section, results):
@@ -3864,14 +3904,14 @@ class ActionGenome(LegacyProtocol):
         return {"ag_gt": np.bincount(relations[:, 2], minlength=settings.n_predicates),
                 "ag_hits": np.zeros((len(AG_LISTS), len(settings.k), settings.n_predicates), np.int64)}
 
-    def metrics(self, config, store, training, groups, subsets, gt=None):
+    def metrics(self, config_rules, store, training, groups, subsets, gt=None):
         gt_IC, hits_ILKC = store["ag_gt"], store["ag_hits"]
         gt_I = gt_IC.sum(axis=1)
         videos = [image.video or image.image_id for image in gt.images] if gt else list(range(len(gt_I)))
         video_of = np.unique(videos, return_inverse=True)[1].reshape(-1) if len(gt_I) else np.zeros(0, np.int64)
         metrics, per_predicate = {}, {}
         for index, (_, recall, tempura, frames, video) in enumerate(AG_LISTS):
-            for ki, label in enumerate(config.k):
+            for ki, label in enumerate(config_rules.k):
                 hits_IC = hits_ILKC[:, index, ki]
                 frame_recall = hits_IC.sum(axis=1) / np.maximum(gt_I, 1)
                 metrics[f"{recall}@{label}"] = float(frame_recall.mean()) if len(gt_I) else np.nan
@@ -3882,9 +3922,9 @@ class ActionGenome(LegacyProtocol):
                 metrics[f"{tempura}@{label}"] = sum(pooled) / len(pooled)
                 per_predicate[f"{frames}@{label}"] = means = _per_predicate(hits_IC, gt_IC, False)
                 metrics[f"{frames}@{label}"] = float(np.nan_to_num(means).sum() / len(means))
-        return metrics, per_predicate, self.rules(config)
+        return metrics, per_predicate, self.rules(config_rules)
 
-    def per_image_columns(self, store, config, families):
+    def per_image_columns(self, store, config_rules, families):
         hits = store["ag_hits"].sum(axis=-1)
         return {"gt_relations": store["ag_gt"].sum(axis=-1), "R@": hits[:, 0], "semiR@": hits[:, 1],
                 "ngR@": hits[:, 2]}
@@ -4023,9 +4063,9 @@ class PanopticQuality:
     results_key = "panoptic_quality"  # its section of the results dict
 
     @staticmethod
-    def enabled(config):
-        """Whether a config asks for it (config key ``pq``)."""
-        return config.pq is True
+    def enabled(rules):
+        """Whether a run's Rules ask for it (config key ``pq``)."""
+        return rules.pq is True
     fields = PQ_FIELDS
     needs_all_masks = True
 
@@ -4071,9 +4111,9 @@ class PanopticQuality:
             return [f"{where} its matched pairs or misses cannot be a segmentation's"]
         return []
 
-    def results(self, store, gt, config):
+    def results(self, store, gt, config_rules):
         """The results' panoptic_quality section and its metrics (PQ_KEYS)."""
-        return pq_results(store, gt, config.pq_merge)
+        return pq_results(store, gt, config_rules.pq_merge)
 
     def table_lines(self, section):
         if section["All"] is None:
@@ -4088,9 +4128,9 @@ class PanopticQuality:
 MEASURES = {unit.name: unit for unit in (PanopticQuality(),)}  # units counted beside the protocols (Settings)
 
 
-def config_measures(config):
-    """The names of the measures a config asks for (each unit's ``enabled``), in registry order."""
-    return tuple(name for name, unit in MEASURES.items() if unit.enabled(config))
+def config_measures(rules):
+    """The names of the measures a run's Rules ask for (each unit's ``enabled``), in registry order."""
+    return tuple(name for name, unit in MEASURES.items() if unit.enabled(rules))
 MEASURE_SETTINGS = ("measures", "pq_merge", "n_objects", "n_things")  # the Settings fields they add
 COUNT_FIELDS.update({field.name: field for unit in MEASURES.values() for field in unit.fields})
 
@@ -4496,7 +4536,7 @@ def evaluate(config, progress=None):
         write_output(config.output, [json.dumps(results, indent=1) + "\n"])
         log.info("wrote %s", config.output)
     if config.per_image:
-        write_output(config.per_image, per_image_lines(config, gt, counted), "per_image")
+        write_output(config.per_image, per_image_lines(config.rules, gt, counted), "per_image")
         log.info("wrote %s", config.per_image)
     return results
 
@@ -4515,25 +4555,25 @@ def write_output(path, chunks, key="output"):
         raise SGEvalError([f"{path}: cannot write the results ({key}): {reason}"]) from None
 
 
-def per_image_lines(config, gt, counted):
-    """The per_image file: one JSON line per evaluated image (GT order) with its id, its GT
+def per_image_lines(rules, gt, counted):
+    """The per_image file of a run under its Rules: one JSON line per evaluated image (GT order) with its id, its GT
     relation count, whether it has a prediction record and, per protocol, the hits behind each
     recall the run reports (per k) and their denominators (0 where the protocol leaves the image
     out): Protocol.per_image_columns."""
-    wanted = set(config.metrics) - ({"A"} if config.task == "sgdet" else set())
+    wanted = set(rules.metrics) - ({"A"} if rules.task == "sgdet" else set())
     families = wanted | ({"R"} if {"mR", "F1"} & wanted else set()) | ({"ngR"} if "mNgR" in wanted else set())
-    columns = {protocol: PROTOCOLS[protocol].per_image_columns(store, config, families)
+    columns = {protocol: PROTOCOLS[protocol].per_image_columns(store, rules, families)
                for protocol, store in counted.stores.items()}  # {protocol: {key: (I,) or (I, K) int64}}
     for slot, image in enumerate(gt.images):
         hits = {protocol: {} for protocol in counted.stores}
         for protocol, keys in columns.items():
             for key, values in keys.items():
                 row = values[slot]
-                hits[protocol].update({f"{key}{k}": int(n) for k, n in zip(config.k, row)} if row.ndim else
+                hits[protocol].update({f"{key}{k}": int(n) for k, n in zip(rules.k, row)} if row.ndim else
                                       {key: int(row)})
         line = {"image_id": image.image_id, "gt_relations": len(image.relations),
                 "predicted": bool(counted.predicted[slot]), "hits": hits}
-        if config.audit:
+        if rules.audit:
             line["audit"] = dict(zip(AUDIT_FIELDS, map(int, counted.audits[slot])))
         yield json.dumps(line) + "\n"
 
@@ -4821,31 +4861,30 @@ def _none_if_nan(value):
 
 def build_results(config, gt, counted, training, groups=None, scope=None, subsets=(), converted=None):
     """The results dict of a run's counts. scope: the Evaluator's ``scope`` and
-    ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets."""
-    groups = groups or {}
-    names, headline = gt.predicate_classes, counted.stores[config.protocol]
+    ``duplicate_updates`` (default: all images, none); subsets: the resolved config.subsets. Only the
+    echo of the config reads more than its Rules."""
+    groups, rules = groups or {}, config.rules
+    names, headline = gt.predicate_classes, counted.stores[rules.protocol]
     gt_rel = np.bincount(np.concatenate([image.relations[:, 2] for image in gt.images] or [NO_ROWS[:, 2]]),
                          minlength=len(names))
     present = gt_rel > 0
     subset_gt, subset_images = subset_gt_counts(gt.images, len(subsets), len(names))
     shown = {f"mR@{label}/{subset.name}": np.flatnonzero(subset_gt[s]) for s, subset in enumerate(subsets)
-             for label in config.k}  # a subset's per-predicate values: the predicates of its rows
+             for label in rules.k}  # a subset's per-predicate values: the predicates of its rows
     by_protocol = {}
     for protocol, store in counted.stores.items():
-        metrics, per_predicate, rules = PROTOCOLS[protocol].metrics(config, store, training, groups, subsets, gt)
+        metrics, per_predicate, followed = PROTOCOLS[protocol].metrics(rules, store, training, groups, subsets, gt)
         by_protocol[protocol] = {
             "metrics": {key: _none_if_nan(value) for key, value in metrics.items()},
             "per_predicate": {key: {names[c]: _none_if_nan(float(values[c])) for c in shown.get(
                 key, np.flatnonzero(present))} for key, values in per_predicate.items()},
-            "rules": rules,
+            "rules": followed,
             "images_left_out": PROTOCOLS[protocol].images_left_out(store),
-            "predicate_confusion": confusion_report(counted.confusion[protocol], names, config.confusion_k)}
-    short = headline["imr_short"].sum(axis=0) if "imr_short" in headline else np.zeros(len(config.imr_k), np.int64)
+            "predicate_confusion": confusion_report(counted.confusion[protocol], names, rules.confusion_k)}
+    short = headline["imr_short"].sum(axis=0) if "imr_short" in headline else np.zeros(len(rules.imr_k), np.int64)
     results = {
         "sgeval_version": __version__,
-        "config": {**dataclasses.asdict(config), **{key: list(getattr(config, key)) for key in
-                                                     ("protocols", "k", "imr_k", "metrics")},
-                   "subsets": [subset_config(spec) for spec in config.subsets]},
+        "config": config_report(config),
         "images": {
             "evaluated": len(gt.images),
             "missing_predictions": int(np.count_nonzero(~counted.predicted)),
@@ -4853,28 +4892,35 @@ def build_results(config, gt, counted, training, groups=None, scope=None, subset
             "extra_predictions": counted.extra_predictions,
             **(scope or {"scope": "all", "duplicate_updates": 0}),
         },
-        **by_protocol[config.protocol],
+        **by_protocol[rules.protocol],
         "gt_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(gt_rel) if n},
         "training_relations_per_predicate": {names[c]: int(n) for c, n in enumerate(training.relations) if n},
         "absent_predicates": [names[c] for c in np.flatnonzero(~present)],
-        "protocol_audit": _audit_report(counted.audits, gt.images) if config.audit else None,
-        "imr_short_images": {label: int(n) for label, n in zip(config.imr_k, short)},
+        "protocol_audit": _audit_report(counted.audits, gt.images) if rules.audit else None,
+        "imr_short_images": {label: int(n) for label, n in zip(rules.imr_k, short)},
         "predicate_groups": {group: [names[c] for c in members] for group, members in groups.items()},
-        "subsets": subsets_report(config.subsets, subset_gt, subset_images, names),
+        "subsets": subsets_report(rules.subsets, subset_gt, subset_images, names),
         "task_check": _task_check(counted.checks, gt.images, [note for name in counted.stores if (
-            note := PROTOCOLS[name].task_check_note(config))]) if config.task != "sgdet" else None,
+            note := PROTOCOLS[name].task_check_note(rules))]) if rules.task != "sgdet" else None,
         "warnings": [f"IMR@{label}: {n} of {len(gt.images)} images list fewer than {label} ng_triplets "
                      f"for a predicate of their GT; IMR@{label} may be underestimated"
-                     for label, n in zip(config.imr_k, short) if n and {"IMR", "wIMR"} & set(config.metrics)]
-        + _list_warnings(config, counted.checks, by_protocol[config.protocol]["metrics"], converted),
+                     for label, n in zip(rules.imr_k, short) if n and {"IMR", "wIMR"} & set(rules.metrics)]
+        + _list_warnings(rules, counted.checks, by_protocol[rules.protocol]["metrics"], converted),
     }
     for name, store in counted.measures.items():  # panoptic quality: its section, its keys in the metrics
-        section, metrics = MEASURES[name].results(store, gt, config)
+        section, metrics = MEASURES[name].results(store, gt, rules)
         results[MEASURES[name].results_key] = section
         results["metrics"] = {**results["metrics"], **{key: _none_if_nan(value) for key, value in metrics.items()}}
     if len(by_protocol) > 1:
         results["by_protocol"] = by_protocol
     return results
+
+
+def config_report(config):
+    """The results' echo of a config: every key, lists as lists."""
+    return {**dataclasses.asdict(config), **{key: list(getattr(config, key)) for key in ("protocols", "k", "imr_k",
+                                                                                          "metrics")},
+            "subsets": [subset_config(spec) for spec in config.subsets]}
 
 
 def confusion_report(matrix_CC1, names, k):
@@ -4916,17 +4962,17 @@ def converted_task(pred_path):
     return task if task in TASKS else None
 
 
-def _list_warnings(config, checks, metrics, converted=None):
+def _list_warnings(rules, checks, metrics, converted=None):
     """The two misreadings of the Scene-Graph-Benchmark metrics explainer, when the lists show them."""
     rows, on_gt, repeating = (checks[:, CHECK_FIELDS.index(field)].sum() for field in CHECK_FIELDS[:3])
     warnings = []
-    if converted not in (None, config.task):
+    if converted not in (None, rules.task):
         warnings.append(f"the predictions were converted as {converted} (their convert.json) but are evaluated "
-                        f"as {config.task} (task); set task: {converted}")
-    if config.task != "sgdet" and rows and on_gt == rows:
-        same = [f"R@{a} = R@{b}" for a, b in zip(config.k, config.k[1:])
+                        f"as {rules.task} (task); set task: {converted}")
+    if rules.task != "sgdet" and rows and on_gt == rows:
+        same = [f"R@{a} = R@{b}" for a, b in zip(rules.k, rules.k[1:])
                 if metrics.get(f"R@{a}") is not None and metrics.get(f"R@{a}") == metrics.get(f"R@{b}")]
-        warnings.append(f"{config.task}: every relation row pairs two instances related in the GT: the predictions "
+        warnings.append(f"{rules.task}: every relation row pairs two instances related in the GT: the predictions "
                         f"look restricted to GT pairs{' (' + ', '.join(same) + ')' if same else ''}; recall from "
                         f"them is Top@K accuracy (A@K), not R@K")
     if rows and repeating * 3 > rows:
