@@ -3380,6 +3380,7 @@ class Protocol:
     scalar_keys = ()  # its metrics without a cut-off (the table prints them in one line)
     table_families = ()  # its metric families beyond the shared ones, a row each in the table
     report_metrics = ("R", "mR")  # the default columns of sgeval report's main table under it (families or keys)
+    gt_pairs_given = False  # its sgcls / predcls hand the model the GT's pairs (rows on them only are no misreading)
 
     def __repr__(self):
         return f"<protocol {self.name}>"
@@ -3873,6 +3874,7 @@ class ActionGenome(LegacyProtocol):
     fixed_rules = {"absent_predicates": "zero", "aggregation": "per_image"}
     table_families = ("semiR", "mSemiR", "fmR", "fmSemiR", "fmNgR", "vR", "vSemiR", "vNgR")
     report_metrics = ("R", "semiR", "ngR", "mR")  # what Action Genome papers report: the three constraints' R@k, mR@k
+    gt_pairs_given = True  # STTran's sgcls / predcls relate the person to each GT object of the frame
 
     def config_problems(self, config, source):
         if config.gt_seg:
@@ -4969,7 +4971,7 @@ def _list_warnings(rules, checks, metrics, converted=None):
     if converted not in (None, rules.task):
         warnings.append(f"the predictions were converted as {converted} (their convert.json) but are evaluated "
                         f"as {rules.task} (task); set task: {converted}")
-    if rules.task != "sgdet" and rows and on_gt == rows:
+    if rules.task != "sgdet" and rows and on_gt == rows and not PROTOCOLS[rules.protocol].gt_pairs_given:
         same = [f"R@{a} = R@{b}" for a, b in zip(rules.k, rules.k[1:])
                 if metrics.get(f"R@{a}") is not None and metrics.get(f"R@{a}") == metrics.get(f"R@{b}")]
         warnings.append(f"{rules.task}: every relation row pairs two instances related in the GT: the predictions "

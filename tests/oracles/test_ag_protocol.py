@@ -51,6 +51,8 @@ def test_the_ag_protocol_gives_the_tools_numbers(folder, task, tmp_path):
                 if rule:
                     assert metrics[f"{rule}@{k}"] == pytest.approx(expected["mR"][k], abs=TOLERANCE), where
         assert "R@10" in results["by_protocol"]["unique"]["metrics"]
+        # STTran's sgcls / predcls hand the model the GT's pairs: no "restricted to GT pairs" warning
+        assert not [line for line in results["warnings"] if "restricted to GT pairs" in line]
 
 
 def test_an_evaluator_fed_with_image_arrays_gives_the_file_numbers(folder):
