@@ -3537,6 +3537,10 @@ class LegacyProtocol(Protocol):
     fixed_rules = {"absent_predicates": "zero", "aggregation": "per_image"}
     gt_rows_of_file = False  # count every relation row of the GT file, duplicates included
 
+    def gt_rows(self, image):
+        """The GT relation rows it counts: every row of the file, or the image's deduplicated ones."""
+        return image.file_rows if self.gt_rows_of_file else slice(None)
+
     def match(self, compared):
         gt, pred, settings = compared.gt, compared.pred, compared.settings
         if settings.mode == "box":
@@ -3548,13 +3552,13 @@ class LegacyProtocol(Protocol):
         gt, settings = compared.gt, compared.settings
         if not len(triplets):
             return self.left_out(settings)
-        rows = gt.file_rows if self.gt_rows_of_file else slice(None)
+        rows = self.gt_rows(gt)
         return legacy_counts(gt.relations[rows], gt.zeroshot[rows], matching.ok, triplets, ng_triplets, settings.k,
                              settings.imr_k, settings.n_predicates, settings.confusion_k,
                              None if gt.subsets is None else gt.subsets[rows])
 
     def gt_counts(self, image, settings):
-        rows = image.file_rows if self.gt_rows_of_file else slice(None)
+        rows = self.gt_rows(image)
         relations = image.relations[rows]
         counts = image_counts(relations, image.zeroshot[rows], len(image.categories), np.zeros(0, np.int64), NO_ROWS,
                               NO_ROWS, settings.k, settings.imr_k, settings.n_predicates, True, settings.confusion_k,
