@@ -10,6 +10,7 @@ timeout. Prints the tallies per reader and outcome; saves every case whose outco
 
 import argparse
 import collections
+import contextlib
 import hashlib
 import pickle
 import selectors
@@ -47,7 +48,9 @@ class Worker:
 
     def run(self, case):
         """(outcome, detail) of one case."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is not None and self.process.poll() is not None:
+            self._close_pipes()
+        if self.process is None:
             self._start()
         try:
             self._send(case)
@@ -63,14 +66,21 @@ class Worker:
 
     def _died(self):
         code = self.process.wait()
-        self.process = None
+        self._close_pipes()
         return ("crash", f"worker killed by signal {-code}") if code < 0 else ("crash", f"worker exited with {code}")
 
     def stop(self):
         if self.process is not None:
             self.process.kill()
             self.process.wait()
-            self.process = None
+            self._close_pipes()
+
+    def _close_pipes(self):
+        """Close the ended child's pipes now (left to the garbage collector, each would warn later)."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):  # BrokenPipeError: bytes still buffered for a dead child
+                pipe.close()
+        self.process = None
 
 
 _EOF = object()
