@@ -36,11 +36,8 @@ versions in the files, SVG ids hashed with a fixed salt. Colours: Okabe and Ito'
 palette for models and protocols, one-hue Blues (light to dark) for the confusion matrix.
 """
 
-import contextlib
-import gc
 import math
 import re
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -149,7 +146,7 @@ def _save(stem, formats, size, draw, *args):
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
-    with matplotlib.rc_context(SAVE_SETTINGS), _font_files_closed_quietly():
+    with matplotlib.rc_context(SAVE_SETTINGS):
         for name in formats:
             path = stem.parent / f"{stem.name}.{name}"
             fig = _figure(size)
@@ -157,19 +154,6 @@ def _save(stem, formats, size, draw, *args):
             fig.savefig(path, format=name, dpi=DPI, metadata=METADATA[name], facecolor="white")
             paths.append(path)
     return paths
-
-
-@contextlib.contextmanager
-def _font_files_closed_quietly():
-    """Drawing and saving leave font files that matplotlib's font cache and fontTools let go of
-    to the garbage collector, which closes each with a ResourceWarning at some later, unrelated
-    moment (an error where warnings are errors). Collect them here, silently, before leaving."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        try:
-            yield
-        finally:
-            gc.collect()
 
 
 # ---------------------------------------------------------------------------------------------
