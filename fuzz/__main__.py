@@ -5,7 +5,7 @@ timeout. Prints the tallies per reader and outcome; saves every case whose outco
 
     python -m fuzz --seconds 600                # the campaign (make fuzz FUZZ_S=600)
     python -m fuzz --seconds 60 --readers tiff,png
-    python -m fuzz --examples 20 --derandomize  # the fixed slice make test runs
+    python -m fuzz --examples 100 --derandomize  # the fixed slice make test runs
 """
 
 import argparse

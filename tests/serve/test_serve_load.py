@@ -24,7 +24,8 @@ from sgeval_serve.store import Store
 
 RESTART_MASKS = 800  # masks per image of the evaluation a restart interrupts: about 3.5 s on one core
 TIMEOUT_MASKS = 2500  # about 17 s: far beyond JOB_TIMEOUT
-JOB_TIMEOUT = 5  # s; the demo's evaluation takes 1.5 s (the child's start, imports and figure)
+JOB_TIMEOUT = 10  # s; the demo's evaluation takes 1.5 s (the child's start, imports and figure), more when loaded
+UPLOADS, READS = 8, 100  # make bench-serve runs 50 and 1,000
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +34,14 @@ def demo(tmp_path_factory):
 
 
 def test_concurrent_uploads_and_reads_lose_nothing(demo, tmp_path):
-    load, figures, problems = serve_load.measure(demo, tmp_path, uploads=20, reads=200, threads=32, workers=2,
-                                                 drain_timeout=120)
-    print(f"\nserve load, 20 uploads and 200 reads from 32 threads, 2 workers: {json.dumps(figures)}")
+    load, figures, problems = serve_load.measure(demo, tmp_path, uploads=UPLOADS, reads=READS, threads=32,
+                                                 workers=2, drain_timeout=120)
+    print(f"\nserve load, {UPLOADS} uploads and {READS} reads from 32 threads, 2 workers: {json.dumps(figures)}")
     if os.environ.get("SGEVAL_LOAD_REPORT"):
         with open(os.environ["SGEVAL_LOAD_REPORT"], "w") as report:
             json.dump(figures, report, indent=1)
     assert problems == []
-    assert len(load["uploads"]) == 20 and len(load["reads"]) == 200
+    assert len(load["uploads"]) == UPLOADS and len(load["reads"]) == READS
 
 
 def service(demo, folder, **settings):
@@ -132,8 +133,9 @@ def test_a_stopped_server_requeues_the_running_evaluation(demo, tmp_path):
 
 
 def test_an_evaluation_over_the_time_limit_fails_and_the_next_one_runs(demo, tmp_path):
-    """job_timeout 5 s, not 1: an evaluation's process takes about 1.5 s to start, import and
-    draw its figure, so with 1 s the demo's evaluation behind the slow one would time out too."""
+    """job_timeout 10 s, not 1: an evaluation's process takes about 1.5 s to start, import and
+    draw its figure (several times that on a loaded machine), so with less the demo's evaluation
+    behind the slow one could time out too."""
     config, owner, admin = service(demo, tmp_path, workers=1, job_timeout=JOB_TIMEOUT)
     slow = serve_load.slow_prediction(demo / "psg.json", tmp_path / "slow.zip", TIMEOUT_MASKS)
     state = tmp_path / "state"
