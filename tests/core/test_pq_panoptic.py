@@ -1,0 +1,113 @@
+"""A prediction's own panoptic segmentation (``Evaluator.update(panoptic=...)``, a record's field
+``panoptic``) scored by panoptic quality beside its instance masks, under ``pq_rule: panopticapi``
+and ``pq_rule: openpsg``, against the tools' own numbers in tests/data/pq (tools/pq_check/README.md).
+
+Each image gets OpenPSG's pan_results (pan/<id>.npy) as its panoptic segmentation and the
+overlapping masks (masks/) as its instances, which no merge rule is named for: PQ must score the
+segmentation, never the masks. Checked per category (TP, FP, FN exactly, PQ to 1e-9) and in the
+means: panopticapi's numbers under the default rule; OpenPSG's under ``openpsg``, whose first
+fixture image holds the id-0 / VOID collision (the means equal OpenPSG's returned percentages / 100).
+"""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, sgeval
+from test_pq import assert_pq, object_classes
+
+DATA = ROOT / "tests" / "data" / "pq"
+TOLERANCE = 1e-9
+INSTANCE_OFFSET = 1000  # OpenPSG's pan_results: id = category + instance x INSTANCE_OFFSET
+
+
+@pytest.fixture(scope="module", params=["pq-0", "pq-1"])
+def case(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
+        archive.extractall(folder)
+    return folder, json.loads((folder / "numbers.json").read_text())
+
+
+def config(folder, rule="panopticapi", **more):
+    return {"gt": str(folder / "psg.json"), "gt_seg": str(folder / "panoptic"), "pq": True, "pq_rule": rule,
+            "gt_cache": False, "k": "20", **more}
+
+
+def images(folder):
+    """(image id, pan_results, instance update arguments) of every evaluated image."""
+    for image in sgeval.Evaluator(config(folder)).gt.images:
+        masks, scores, categories = (np.load(folder / "masks" / f"{image.image_id}.{name}.npy")
+                                     for name in ("masks", "scores", "categories"))
+        yield image.image_id, np.load(folder / "pan" / f"{image.image_id}.npy"), {
+            "labels": categories.astype(np.int64), "triplets": np.zeros((0, 3), np.int64),
+            "masks": masks.astype(bool), "scores": scores.astype(np.float64)}
+
+
+def segmentation(pan, void):
+    """PanopticSegmentation of pan_results: every value but VOID (category ``void``) a segment."""
+    values = np.unique(pan)
+    ids = values[values % INSTANCE_OFFSET != void]
+    return sgeval.PanopticSegmentation(pan, ids, ids % INSTANCE_OFFSET, 0 if 0 in ids else None)
+
+
+def assert_openpsg(results, numbers):
+    """OpenPSG's PQStat and means (numbers.json keeps them as fractions), and its returned percentages."""
+    assert_pq(results, numbers)
+    for key in sgeval.PQ_KEYS:
+        assert 100 * results["metrics"][key] == pytest.approx(numbers["returned"][key], abs=TOLERANCE, rel=0), key
+
+
+@pytest.mark.parametrize("rule", ["panopticapi", "openpsg"])
+def test_update_panoptic_scores_the_segmentation_under_each_rule(case, rule):
+    folder, numbers = case
+    evaluator = sgeval.Evaluator(config(folder, rule))
+    void = len(evaluator.gt.object_classes)
+    for image_id, pan, arguments in images(folder):
+        evaluator.update(image_id, **arguments, panoptic=segmentation(pan, void))
+    results = evaluator.compute()
+    section = results["panoptic_quality"]
+    assert (section["rule"], section["source"], section["merge"]) == (rule, "panoptic", "none")
+    assert section["images_by_source"] == {"none": 0, "masks": 0, "panoptic": len(evaluator.gt.images)}
+    if rule == "openpsg":
+        assert_openpsg(results, numbers["openpsg"])
+    else:
+        assert_pq(results, numbers["panopticapi"])
+
+
+def file_record(image_id, pan, arguments, void):
+    """A prediction file's record: the instances, and pan_results as the openpsg converter writes
+    them (PNG ids value + 1, VOID pixels 0, void_id_segment 1 where value 0 is a segment)."""
+    values = np.unique(pan)
+    values = values[values % INSTANCE_OFFSET != void]
+    segment_map = np.where(pan % INSTANCE_OFFSET == void, 0, pan + 1)
+    return {"id": image_id, "triplets": [], "masks": arguments["masks"],
+            "instances": [{"category": int(c), "score": float(s)} for c, s in zip(arguments["labels"],
+                                                                              arguments["scores"])],
+            "panoptic": {"segment_map": segment_map, "void_id_segment": 1 if 0 in values else None,
+                         "segments": [{"id": int(v) + 1, "category": int(v) % INSTANCE_OFFSET} for v in values]}}
+
+
+def test_a_files_panoptic_field_gives_the_tools_numbers(case, tmp_path):
+    folder, numbers = case
+    void = len(object_classes(folder / "psg.json"))
+    pred = sgeval.write_predictions(tmp_path / "pred.zip", [file_record(*item, void) for item in images(folder)])
+    for rule, tool in (("panopticapi", "panopticapi"), ("openpsg", "openpsg")):
+        results = sgeval.evaluate(config(folder, rule, pred=pred))
+        assert results["panoptic_quality"]["source"] == "panoptic"
+        if rule == "openpsg":
+            assert_openpsg(results, numbers[tool])
+        else:
+            assert_pq(results, numbers[tool])
+
+
+def test_the_rules_differ_only_where_a_segment_has_void_id(case):
+    """Without void_id_segment, openpsg is panopticapi: the collision is the only difference."""
+    folder, numbers = case
+    evaluator = sgeval.Evaluator(config(folder, "openpsg"))
+    void = len(evaluator.gt.object_classes)
+    for image_id, pan, arguments in images(folder):
+        evaluator.update(image_id, **arguments, panoptic=segmentation(pan, void)._replace(void_id_segment=None))
+    assert_pq(evaluator.compute(), numbers["panopticapi"])
