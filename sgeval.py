@@ -1713,8 +1713,8 @@ def update_prediction(image_id, where, fields, n_objects, settings, height, widt
     bits = update_masks(masks, n, height, width, where, problems) \
         if settings.mode == "mask" and n <= MAX_INSTANCES and (n or masks is not None) else None
     panoptic = fields.get("panoptic")
-    if panoptic is not None:
-        panoptic = update_panoptic(panoptic, n_objects, settings.mode, height, width, where, problems)
+    panoptic = update_panoptic(panoptic, n_objects, height, width, where, problems) \
+        if panoptic is not None and settings.mode == "mask" else None  # (box mode reads no masks)
     if problems:
         raise SGEvalError(problems)
     pred.bits, pred.panoptic = bits, panoptic
@@ -1829,12 +1829,12 @@ def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems)
     return bits
 
 
-def update_panoptic(value, n_objects, mode, height, width, where, problems):
+def update_panoptic(value, n_objects, height, width, where, problems):
     """PredPanoptic of update's ``panoptic`` (a PanopticSegmentation), its segments packed; None
     after a problem."""
-    if mode != "mask" or not isinstance(value, PanopticSegmentation):
+    if not isinstance(value, PanopticSegmentation):
         problems.append(f"{where}: field 'panoptic' must be an sgeval.PanopticSegmentation(segment_map, segment_ids, "
-                        f"categories)" + " and needs mask mode (gt_seg)" * (mode != "mask"))
+                        f"categories)")
         return None
     before = len(problems)
     ids = _update_field(value.segment_ids, "panoptic.segment_ids", (None,), "iu", where, problems)
@@ -4246,14 +4246,14 @@ MAX_PNG_ID = (1 << 24) - 1  # the largest id of an 8-bit RGB PNG (R + 256 G + 65
 
 def record_panoptic(value, where, members, n_objects, mode, problems):
     """PredPanoptic of a file record's field 'panoptic' (its PNG read later, load_pred_panoptic);
-    None when the record has none, or after appending a problem."""
-    if value is None:
+    None when the record has none, in box mode (which reads no masks, as it reads no seg_filename),
+    or after appending a problem."""
+    if value is None or mode != "mask":
         return None
     segments = value.get("segments") if isinstance(value, dict) else None
-    if mode != "mask" or not set(value) <= set(PANOPTIC_KEYS) or not isinstance(segments, list) \
-            or not _types(segments) <= {dict}:
+    if not isinstance(segments, list) or not set(value) <= set(PANOPTIC_KEYS) or not _types(segments) <= {dict}:
         problems.append(f"{where}: field 'panoptic' must be an object with 'file', 'segments' (a list of {{id, "
-                        f"category}}) and optional 'void_id_segment'" + ", in mask mode (gt_seg)" * (mode != "mask"))
+                        f"category}}) and optional 'void_id_segment'")
         return None
     name = value.get("file")
     if not isinstance(name, str) or not name or unsafe_member(name):

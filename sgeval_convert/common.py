@@ -734,6 +734,8 @@ def describe(summary):
         lines.append(f"images whose prediction has another number of boxes than the GT: {summary['box_count_differs']}")
     if summary.get("resized"):
         lines.append(f"images whose boxes were resized to the GT image size: {summary['resized']}")
+    if summary.get("pan_results"):
+        lines.append(f"panoptic segmentations (pan_results) carried for panoptic quality: {summary['pan_results']}")
     if summary.get("self_pairs"):
         lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
     if summary.get("pred_rel_rows"):

@@ -21,16 +21,28 @@ forced:
 ``auto`` picks ``two-stage`` as above, else ``complete`` when the image has the complete layout
 (2T instances, rows ``[[i, T + i]]``), else ``panoptic``. Where a panoptic image happens to have
 that layout, the two readings give the same instances and rows.
+
+In every layout, a result's ``pan_results`` (the H x W map that OpenPSG's ``evaluate(metric=['PQ'])``
+scores, id = category + instance x 1000, category ``len(CLASSES)`` VOID) is carried beside the
+instances as the record's panoptic segmentation: panoptic quality scores it, the relation protocols
+the instance masks. Each value but VOID is a segment, written to the PNG as id value + 1 (VOID
+pixels 0); the segment of value 0 (category 0, instance 0) is named ``void_id_segment``, the id
+that mmdet 2.20.0's ``_pan2json`` gives to VOID too (``pq_rule: openpsg``). A result whose
+``pan_results`` is None (two-stage models without panoptic output) has none.
 """
 
 from __future__ import annotations
 
 import click
+import numpy as np
+
+import sgeval
 
 from . import common
 
 FAMILY = "openpsg"
 LAYOUTS = ("auto", "two-stage", "complete", "panoptic")
+INSTANCE_OFFSET = 1000  # pan_results: id = category + instance x INSTANCE_OFFSET (mmdet 2.20.0 coco_panoptic.py:30)
 RULES = {
     "two-stage": common.Rules(raw_boxes=True, object_scores=True, empty_placeholder=False),
     "complete": common.Rules(raw_boxes=True, object_scores=True),
@@ -65,12 +77,48 @@ def layout_arrays(result, image, where, n_objects, n_predicates, options, layout
                                        f"instances and rows [[i, T + i]]"])
         arrays, notes = common.result_arrays(result, image, where, n_objects, n_predicates, RULES[kind], options)
     notes[f"layout:{kind}"] += 1
+    arrays["panoptic"] = pan_segmentation(result, image, where, n_objects)
+    notes["pan_results"] += arrays["panoptic"] is not None
     return arrays, notes
+
+
+def pan_segmentation(result, image, where, n_objects):
+    """sgeval.PanopticSegmentation of a result's pan_results (module docstring), or None when it
+    has none. Its values are checked as mmdet 2.20.0's _pan2json reads them (coco_panoptic.py:341-360):
+    a category above n_objects (VOID) is an error there (KeyError) and here."""
+    pan = common.field(result, "pan_results", where, required=False)
+    if pan is None:
+        return None
+    if pan.shape != (image.height, image.width) or pan.dtype.kind not in "iu" and not (
+            pan.dtype.kind == "f" and np.isfinite(pan).all() and np.array_equal(pan, np.round(pan))):
+        raise common.ConvertError([f"{where}: field 'pan_results' has shape {pan.shape}, dtype {pan.dtype}; expected "
+                                   f"integers of shape ({image.height}, {image.width}) (the GT image's size)"])
+    values = np.unique(pan).astype(np.int64)
+    common.out_of_range(values, 0, sgeval.MAX_PNG_ID - 1, "pan_results", where,
+                        "ids are category + instance x 1000, below 2^24 - 1")
+    categories = values % INSTANCE_OFFSET
+    common.out_of_range(categories, 0, n_objects, "pan_results (category)", where,
+                        f"a category is 0..{n_objects - 1}, or {n_objects} for VOID")
+    ids = values[categories != n_objects]
+    return sgeval.PanopticSegmentation(pan.astype(np.int64), ids, ids % INSTANCE_OFFSET, 0 if 0 in ids else None)
+
+
+def panoptic_record(segmentation):
+    """The record field 'panoptic' of pan_segmentation's result, its PNG encoded (ids value + 1,
+    VOID 0; void_id_segment 1 when value 0 is a segment)."""
+    pan, ids = segmentation.segment_map, segmentation.segment_ids
+    return {"segments": [{"id": int(value) + 1, "category": int(value) % INSTANCE_OFFSET} for value in ids],
+            "void_id_segment": None if segmentation.void_id_segment is None else 1,
+            "png": sgeval.encode_panoptic(np.where(np.isin(pan, ids), pan + 1, 0))}
 
 
 def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto"):
     """One OpenPSG result -> (record, masks, notes): layout_arrays as the file converter writes them."""
-    return common.as_record(*layout_arrays(result, image, where, n_objects, n_predicates, options, layout))
+    arrays, notes = layout_arrays(result, image, where, n_objects, n_predicates, options, layout)
+    record, masks, notes = common.as_record(arrays, notes)
+    if arrays["panoptic"] is not None:
+        record["panoptic"] = panoptic_record(arrays["panoptic"])
+    return record, masks, notes
 
 
 def image_arrays(result, image, n_objects, n_predicates, *, layout="auto", predicate_source="rel_dists",
@@ -83,7 +131,11 @@ def image_arrays(result, image, n_objects, n_predicates, *, layout="auto", predi
 
 
 image_arrays.__doc__ = common.IMAGE_ARRAYS_DOC.format(name="OpenPSG", options="""
-    layout: auto | two-stage | complete | panoptic (module docstring); auto detects it per image.""")
+    layout: auto | two-stage | complete | panoptic (module docstring); auto detects it per image.
+
+    The dict also holds "panoptic": the result's pan_results as an sgeval.PanopticSegmentation (ids
+    the values, VOID pixels in no segment, void_id_segment 0 when value 0 is a segment), or None
+    when it has none (module docstring).""")
 
 
 def _check_layout(layout):
