@@ -851,8 +851,8 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     assert not (tmp_path / "out2.zip").exists()
 
 
-CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "vg150", "gqa200", "openimages-gt", "ag-gt",
-              "zeroshot")
+CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "coco-panoptic", "vg150", "gqa200",
+              "openimages-gt", "ag-gt", "zeroshot")
 CONVERTER_MODULES = sorted({cli.module_of(family)[0] for family in CONVERTERS})  # openimages-gt: openimages.gt_main
 
 

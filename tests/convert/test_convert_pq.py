@@ -11,6 +11,7 @@
 
 import json
 import pickle
+import shutil
 import zipfile
 
 import numpy as np
@@ -101,3 +102,68 @@ def test_bad_pan_results_are_one_line_naming_image_and_field(case, bad, problem)
         openpsg.image_arrays(result, gt.images[0], len(gt.object_classes), len(gt.predicate_classes))
     assert len(info.value.problems) == 1 and problem in info.value.problems[0]
     assert f"image {gt.images[0].image_id}" in info.value.problems[0]
+
+
+def coco_predictions(folder, tmp_path, names=False):
+    """The fixture's COCO-panoptic prediction; names: its category ids shifted (index + 1), with a
+    categories list that names them, as a segmentation model's own vocabulary would."""
+    predictions = json.loads((folder / "coco" / "panoptic.json").read_text())
+    if names:
+        psg = json.loads((folder / "psg.json").read_text())
+        classes = psg["thing_classes"] + psg["stuff_classes"]
+        predictions["categories"] = [{"id": index + 1, "name": name} for index, name in enumerate(classes)][::-1]
+        for annotation in predictions["annotations"]:
+            for segment in annotation["segments_info"]:
+                segment["category_id"] += 1
+    path = tmp_path / "panoptic.json"
+    path.write_text(json.dumps(predictions))
+    return path
+
+
+@pytest.mark.parametrize("categories", ["index", "name"])
+def test_coco_panoptic_segments_give_panopticapis_numbers(case, tmp_path, categories):
+    from sgeval_convert import coco_panoptic
+    folder, numbers = case
+    raw = coco_predictions(folder, tmp_path, names=categories == "name")
+    summary = coco_panoptic.convert(str(raw), str(tmp_path / "pred.zip"), str(folder / "psg.json"),
+                                    png_dir=str(folder / "coco" / "panoptic"), categories=categories)
+    assert summary.get("triplets", 0) == 0 and summary["images"] == len(sgeval.read_gt(str(folder / "psg.json")).images)
+    results = sgeval.evaluate(config(folder, pred=str(tmp_path / "pred.zip"), metrics=["R", "Rinf"]))
+    assert results["panoptic_quality"]["source"] == "masks" and results["metrics"]["R@20"] == 0
+    assert_tool(results, numbers["panopticapi"])
+
+
+def break_first(key, value):
+    def change(predictions, folder):
+        predictions["annotations"][0]["segments_info"][0][key] = value
+    return change
+
+
+@pytest.mark.parametrize("change, problem", [
+    (break_first("category_id", 999), "field 'segments_info': category_id 999 has no class of the GT"),
+    (break_first("id", 0), "each 'id' must be a distinct integer from 1 to 16777215"),
+    (lambda predictions, folder: predictions["annotations"][0]["segments_info"].append({"id": 77, "category_id": 0}),
+     "segments_info id 77 has no pixel"),
+    (lambda predictions, folder: predictions["annotations"][0]["segments_info"].pop(), "is not in its segments_info"),
+    (lambda predictions, folder: predictions["annotations"].pop(0), "no annotation (every evaluated image needs one)"),
+    (lambda predictions, folder: predictions["annotations"][0].update(file_name="../psg.json"), "field 'file_name'"),
+    (lambda predictions, folder: (folder / "coco" / "panoptic" / predictions["annotations"][0]["file_name"])
+     .write_bytes(b"\x89PNG not really"), "cannot read PNG"),
+])
+def test_bad_coco_panoptic_input_is_one_line_naming_file_image_and_field(case, tmp_path, change, problem):
+    from sgeval_convert import coco_panoptic
+    folder, _ = case
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "coco").mkdir()
+    import shutil
+    shutil.copytree(folder / "coco" / "panoptic", work / "coco" / "panoptic")
+    predictions = json.loads((folder / "coco" / "panoptic.json").read_text())
+    change(predictions, work)
+    raw = work / "panoptic.json"
+    raw.write_text(json.dumps(predictions))
+    with pytest.raises(sgeval.SGEvalError) as info:
+        coco_panoptic.convert(str(raw), str(tmp_path / "out.zip"), str(folder / "psg.json"),
+                              png_dir=str(work / "coco" / "panoptic"), categories="index")
+    assert len(info.value.problems) == 1 and problem in info.value.problems[0], info.value.problems
+    assert "image " in info.value.problems[0] and not (tmp_path / "out.zip").exists()
