@@ -4284,7 +4284,7 @@ def load_pred_panoptic(source, pred, height, width):
     pixels of id 0, which belong to no segment: (N + 1, W). Every pixel's id is 0 or listed, and
     every listed id has a pixel, as panopticapi requires."""
     panoptic = pred.panoptic
-    where = f"{source.path}: image {pred.image_id}: field 'panoptic.file' {panoptic.file}"
+    where = f"{source.path}: image {pred.image_id}: panoptic PNG {panoptic.file} (field 'panoptic.file')"
     try:
         data = source.read(panoptic.file, 4 * height * width + (1 << 20))
         with Image.open(io.BytesIO(data)) as header:  # format, mode and size, before decoding
@@ -4302,14 +4302,13 @@ def load_pred_panoptic(source, pred, height, width):
     ids, n = panoptic.segment_ids, len(panoptic.segment_ids)
     bits = np.zeros((n + 1, _words(height * width)), np.uint64)
     found = pack_segments(rgb, np.r_[ids, VOID_ID], bits.view(np.uint8))
-    if not found[:n].all():
-        raise SGEvalError([f"{where}: field 'panoptic.segments' lists id {int(ids[found[:n] == 0][0])}, which the "
-                           f"PNG does not hold"])
-    if int(found.sum()) != height * width:
-        values = np.unique(rgb[..., :3].astype(np.int64) @ np.array([1, 256, 65536]))
-        raise SGEvalError([f"{where}: the PNG holds id {int(np.setdiff1d(values, np.r_[ids, VOID_ID])[0])}, which "
-                           f"field 'panoptic.segments' does not list"])
-    return bits
+    if found[:n].all() and int(found.sum()) == height * width:
+        return bits
+    values = np.unique(rgb[..., :3].astype(np.int64) @ np.array([1, 256, 65536]))
+    stray, absent = np.setdiff1d(values, np.r_[ids, VOID_ID]), ids[found[:n] == 0]
+    parts = [f"the PNG holds id {int(stray[0])}, which field 'panoptic.segments' does not list"] if stray.size else []
+    parts += [f"field 'panoptic.segments' lists id {int(absent[0])}, which the PNG does not hold"] if absent.size else []
+    raise SGEvalError([f"{where}: " + "; ".join(parts)])
 
 
 def pq_counts(gt, gt_bits, gt_boxes, gt_void, bits, boxes, categories, where):

@@ -111,3 +111,75 @@ def test_the_rules_differ_only_where_a_segment_has_void_id(case):
     for image_id, pan, arguments in images(folder):
         evaluator.update(image_id, **arguments, panoptic=segmentation(pan, void)._replace(void_id_segment=None))
     assert_pq(evaluator.compute(), numbers["panopticapi"])
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """pq-0's folder and its first image's file record (test_a_files_panoptic_field_gives_the_tools_numbers)."""
+    folder = tmp_path_factory.mktemp("first")
+    with zipfile.ZipFile(DATA / "pq-0.zip") as archive:
+        archive.extractall(folder)
+    void = len(object_classes(folder / "psg.json"))
+    return folder, file_record(*next(images(folder)), void)
+
+
+def png_of(function):
+    """A change of the record's PNG: function(segment map) -> the bytes written instead."""
+    return "png", function
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda panoptic: panoptic.pop("file"), "field 'panoptic.file' must name a PNG"),
+    (lambda panoptic: panoptic.update(file="other.png"), "field 'panoptic.file' 'other.png' is not in the ZIP"),
+    (lambda panoptic: panoptic.update(segments={}), "field 'panoptic' must be an object with 'file', 'segments'"),
+    (lambda panoptic: panoptic["segments"][0].update(id=0), "every segment needs an integer 'id' from 1"),
+    (lambda panoptic: panoptic["segments"][0].update(category=500), "field 'panoptic': a category is outside"),
+    (lambda panoptic: panoptic["segments"].append(panoptic["segments"][0]), "a segment id is listed twice"),
+    (lambda panoptic: panoptic.update(void_id_segment=999), "void_id_segment 999 is not a listed segment id"),
+    (lambda panoptic: panoptic["segments"].append({"id": 4343, "category": 0}), "lists id 4343, which the PNG"),
+    (png_of(lambda ids: sgeval.encode_panoptic(ids[:-1])), "must be an 8-bit RGB PNG of the GT image's"),
+    (png_of(lambda ids: sgeval.encode_panoptic(np.where(ids == ids.max(), 4242, ids))), "the PNG holds id 4242"),
+    (png_of(lambda ids: b"\x89PNG\r\n\x1a\n broken"), "cannot read PNG"),
+])
+def test_a_bad_panoptic_field_is_one_line_naming_file_image_and_field(first, tmp_path, change, problem):
+    folder, record = first
+    written = sgeval.write_predictions(tmp_path / "written.zip", [record])
+    with zipfile.ZipFile(written) as source:
+        members = {name: source.read(name) for name in source.namelist()}
+    triplets = json.loads(members["triplets.json"])
+    panoptic = triplets["images"][0]["panoptic"]
+    if isinstance(change, tuple):
+        members[panoptic["file"]] = change[1](record["panoptic"]["segment_map"])
+    else:
+        change(panoptic)
+    members["triplets.json"] = json.dumps(triplets).encode()
+    pred = str(tmp_path / "pred.zip")
+    with zipfile.ZipFile(pred, "w") as target:
+        for name, data in members.items():
+            target.writestr(name, data)
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.evaluate(config(folder, pred=pred))
+    assert len(info.value.problems) == 1 and problem in info.value.problems[0], info.value.problems
+    assert info.value.problems[0].startswith(f"{pred}: image {record['id']}")
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda segmentation: tuple(segmentation), "must be an sgeval.PanopticSegmentation"),
+    (lambda segmentation: segmentation._replace(segment_map=segmentation.segment_map[:-1]),
+     "field 'panoptic.segment_map' has shape"),
+    (lambda segmentation: segmentation._replace(categories=segmentation.categories[:-1]),
+     "field 'panoptic.categories' has shape"),
+    (lambda segmentation: segmentation._replace(segment_ids=np.r_[segmentation.segment_ids, 4343],
+                                                categories=np.r_[segmentation.categories, 0]),
+     "segment id 4343 has no pixel in the segment map"),
+    (lambda segmentation: segmentation._replace(void_id_segment=4343), "void_id_segment 4343 is not a listed"),
+])
+def test_a_bad_panoptic_argument_is_one_line_naming_image_and_field(first, change, problem):
+    folder, _ = first
+    evaluator = sgeval.Evaluator(config(folder))
+    image_id, pan, arguments = next(images(folder))
+    with pytest.raises(sgeval.SGEvalError) as info:
+        evaluator.update(image_id, **arguments,
+                         panoptic=change(segmentation(pan, len(evaluator.gt.object_classes))))
+    assert info.value.problems == [info.value.problems[0]] and problem in info.value.problems[0], info.value.problems
+    assert info.value.problems[0].startswith(f"Evaluator.update: image {image_id}: field 'panoptic")
