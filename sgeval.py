@@ -5398,7 +5398,7 @@ The Evaluator
 ``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
 (``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
 ``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-triplet_scores=None, ng_triplet_scores=None, row_lists=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+triplet_scores=None, ng_triplet_scores=None, row_lists=None, panoptic=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
@@ -5411,9 +5411,13 @@ SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[
 best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
 ``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
 ranking); ``row_lists`` {name: rows, (rows, scores) or {"triplets": rows, "scores": scores}}: more
-named lists, optional (the format's ``row_lists``). ``update_file(path, workers=None)`` updates it
-with every record of a prediction file, as ``evaluate`` does. In box mode
-``masks`` are ignored, as ``seg_filename`` is.
+named lists, optional (the format's ``row_lists``); ``panoptic``
+``PanopticSegmentation(segment_map, segment_ids, categories, void_id_segment=None)``, optional
+(mask mode): the prediction's own panoptic segmentation, which panoptic quality scores instead of
+the masks (an (H, W) integer map, the (N,) ids of its segments, each with a pixel, pixels of other
+ids in no segment; their (N,) categories; void_id_segment: see pq_rule). ``update_file(path,
+workers=None)`` updates it with every record of a prediction file, as ``evaluate`` does. In box
+mode ``masks`` and ``panoptic`` are ignored, as ``seg_filename`` is.
 
 * An update is checked before it touches the state, with the file reader's rules and messages
   (the image id and the field): the image is one of the GT's test images (an id that looks like
@@ -5473,7 +5477,9 @@ A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
         "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
         "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
         "ng_triplet_scores": [0.93, ...],   # optional: one per row of ng_triplets
-        "row_lists": {"oi": {"triplets": [[s, o, p], ...], "scores": [0.93, ...]}}}]}  # optional
+        "row_lists": {"oi": {"triplets": [[s, o, p], ...], "scores": [0.93, ...]}},  # optional
+        "panoptic": {"file": "107902.panoptic.png",           # optional, mask mode: for PQ
+                     "segments": [{"id": 1, "category": 0}, ...], "void_id_segment": 1}}]}
 
 The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
 ``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
@@ -5495,6 +5501,14 @@ read in memory, never extracted. ``triplets.json`` (UTF-8) is read one record at
 memory holds a few records and one image's masks. ``write_predictions`` writes the format: each
 TIFF is one 1-bit deflate page whose samples, stored apart (planar), are the masks, so a reader
 parses one directory per image instead of one per mask (SGBench 1.0 reads it too).
+``panoptic`` (optional, read in mask mode only) is the prediction's own panoptic segmentation,
+which panoptic quality scores instead of the instance masks (the protocols keep the masks): an
+8-bit RGB(A) PNG at the GT image's size, id = R + 256 G + 65536 B, 0 for no segment; ``segments``
+lists each id (1 to 2^24 - 1, distinct, at most MAX_INSTANCES) with its category; every non-zero
+pixel id must be listed and every listed id must have a pixel (as panopticapi requires);
+``void_id_segment`` (optional) names the segment that shared VOID's id in the model's own map
+(``sgeval convert openpsg``: pan_results' value 0). ``write_predictions`` writes it from
+``panoptic`` ({"segments", "void_id_segment", "segment_map" or "png"}; encode_panoptic).
 
 Strict reading and limits
 -------------------------
@@ -5612,7 +5626,16 @@ Rules (where the papers are ambiguous, these are the decisions)
   IoU / (TP + FP / 2 + FN / 2), SQ = sum IoU / TP (0 without TP), RQ = TP / (TP + FP / 2 + FN /
   2); All / Things (thing_classes) / Stuff: the means over the categories with a TP, FP or FN
   (None when there is none). OpenPSG prints the same numbers in percent. An image's record holds
-  its matched pairs (category, shared, union) and per category its FP and FN: the counts add up.
+  its matched pairs (category, shared, union), per category its FP and FN, and which segmentation
+  was scored (``pq_source``): the counts add up. A prediction with its own panoptic segmentation
+  (``panoptic``) is scored on it, whatever its masks and pq_merge; the results say which
+  (``panoptic_quality.source``: panoptic, masks, mixed or none; ``images_by_source``).
+  ``pq_rule`` (``--pq-rule``; results ``panoptic_quality.rule``): ``panopticapi`` (default), or
+  ``openpsg``, OpenPSG's evaluate(metric=['PQ']) through mmdet 2.20.0, whose _pan2json gives VOID
+  the id 0 that pan_results' segment of category 0, instance 0 also has
+  (mmdet/datasets/coco_panoptic.py:341-360): the pixels of no segment join the segment that
+  ``void_id_segment`` names. Nothing else differs (the same images, GT areas from segments_info,
+  things from thing_classes); OpenPSG's numbers are these times 100.
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
   GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)
