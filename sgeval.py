@@ -98,10 +98,11 @@ from PIL import Image
 
 __all__ = [  # the public API; the other names are the parts it is made of
     # evaluate
-    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "load_config", "make_config",
-    "SGEvalError",
+    "Evaluator", "Panoptic", "PackedMasks", "PanopticSegmentation", "evaluate", "format_table", "Config",
+    "load_config", "make_config", "SGEvalError",
     # the formats
-    "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
+    "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "encode_panoptic",
+    "pack_masks",
     "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
     # protocols, metrics and the results
     "PROTOCOLS", "RECALL_PROTOCOLS", "DEFAULT_PROTOCOL", "Protocol", "CountField", "METRIC_FAMILIES", "TASKS",
@@ -4307,7 +4308,8 @@ def load_pred_panoptic(source, pred, height, width):
     values = np.unique(rgb[..., :3].astype(np.int64) @ np.array([1, 256, 65536]))
     stray, absent = np.setdiff1d(values, np.r_[ids, VOID_ID]), ids[found[:n] == 0]
     parts = [f"the PNG holds id {int(stray[0])}, which field 'panoptic.segments' does not list"] if stray.size else []
-    parts += [f"field 'panoptic.segments' lists id {int(absent[0])}, which the PNG does not hold"] if absent.size else []
+    parts += [f"field 'panoptic.segments' lists id {int(absent[0])}, which the PNG does not hold"] \
+        if absent.size else []
     raise SGEvalError([f"{where}: " + "; ".join(parts)])
 
 
@@ -5398,7 +5400,8 @@ The Evaluator
 ``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
 (``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
 ``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-triplet_scores=None, ng_triplet_scores=None, row_lists=None, panoptic=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+triplet_scores=None, ng_triplet_scores=None, row_lists=None, panoptic=None)`` takes one image's
+predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
