@@ -183,3 +183,42 @@ def test_a_bad_panoptic_argument_is_one_line_naming_image_and_field(first, chang
                          panoptic=change(segmentation(pan, len(evaluator.gt.object_classes))))
     assert info.value.problems == [info.value.problems[0]] and problem in info.value.problems[0], info.value.problems
     assert info.value.problems[0].startswith(f"Evaluator.update: image {image_id}: field 'panoptic")
+
+
+def test_pq_rule_is_a_named_choice_of_config_and_command_line(first, tmp_path):
+    folder, record = first
+    with pytest.raises(sgeval.SGEvalError) as info:
+        sgeval.make_config({"gt": "g.json", "gt_seg": "p", "pq": True, "pq_rule": "mmdet"})
+    assert info.value.problems == ["config: pq_rule 'mmdet' is not one of panopticapi, openpsg"]
+    pred = sgeval.write_predictions(tmp_path / "pred.zip", [record])
+    from click.testing import CliRunner
+    ran = CliRunner().invoke(sgeval.main, ["--gt", str(folder / "psg.json"), "--gt-seg", str(folder / "panoptic"),
+                                           "--pred", pred, "--pq", "--pq-rule", "openpsg", "--no-gt-cache", "--quiet",
+                                           "--k", "20"])
+    assert ran.exit_code == 0, ran.output
+    assert "panoptic quality (openpsg; panoptic; merge none)" in ran.stdout
+
+
+def test_images_scored_on_their_segmentation_or_their_masks_add_up_and_say_so(first):
+    """A run where half the images give only a panoptic segmentation (no instances) and the others
+    only masks (first-wins): source 'mixed', and its counts are the two halves' counts added."""
+    folder, _ = first
+    items = list(images(folder))
+    half = len(items) // 2
+    runs = {name: sgeval.Evaluator(config(folder, pq_merge="first-wins")) for name in ("mixed", "panoptic", "masks")}
+    void = len(runs["mixed"].gt.object_classes)
+    for index, (image_id, pan, arguments) in enumerate(items):
+        if index < half:
+            update = {"labels": [], "triplets": np.zeros((0, 3), np.int64), "panoptic": segmentation(pan, void)}
+        else:
+            update = arguments
+        for name in ("mixed", "panoptic" if index < half else "masks"):
+            runs[name].update(image_id, **update)
+    mixed = runs["mixed"].compute()["panoptic_quality"]
+    assert mixed["source"] == "mixed" and mixed["images_by_source"] == {"none": 0, "panoptic": half,
+                                                                        "masks": len(items) - half}
+    parts = [runs[name].compute(missing="skip")["panoptic_quality"]["per_category"] for name in ("panoptic", "masks")]
+    for name, values in mixed["per_category"].items():
+        assert [values[key] for key in ("TP", "FP", "FN")] == [
+            sum(part.get(name, {}).get(key, 0) for part in parts) for key in ("TP", "FP", "FN")], name
+    assert sgeval.Evaluator(config(folder)).compute()["panoptic_quality"]["source"] == "none"
