@@ -222,3 +222,34 @@ def test_images_scored_on_their_segmentation_or_their_masks_add_up_and_say_so(fi
         assert [values[key] for key in ("TP", "FP", "FN")] == [
             sum(part.get(name, {}).get(key, 0) for part in parts) for key in ("TP", "FP", "FN")], name
     assert sgeval.Evaluator(config(folder)).compute()["panoptic_quality"]["source"] == "none"
+
+
+def test_hand_fixture_of_the_id_0_void_collision(tmp_path):
+    """3 x 4 pixels: GT person on row 0, VOID row 1, GT dog row 2 (a relation between them).
+    pan_results: person instance 0 (value 0) on row 0's first two pixels, VOID (value 5: the GT has
+    5 classes) on the rest of rows 0 and 1, dog instance 1 (1002) on row 2.
+
+    panopticapi: the person segment has 2 pixels, shares 2 with the GT person (area 4), none on
+    VOID: union 4, IoU 0.5, not a match (it needs more): person TP 0, FP 1, FN 1, PQ 0; dog IoU 1.
+    PQ = (0 + 1) / 2. OpenPSG: the 6 VOID pixels join value 0, 8 pixels, sharing 4 with the person
+    and 4 with VOID: union 8 + 4 - 4 - 4 = 4, IoU 1, a match; PQ = (1 + 1) / 2."""
+    from conftest import gt_image, write_case
+    person, dog = np.zeros((3, 4), bool), np.zeros((3, 4), bool)
+    person[0], dog[2] = True, True
+    pan = np.full((3, 4), 5)
+    pan[0, :2], pan[2] = 0, 1002
+    record = {"id": "1", "instances": [], "triplets": [],
+              "panoptic": {"segments": [{"id": 1, "category": 0}, {"id": 1003, "category": 2}], "void_id_segment": 1,
+                           "segment_map": np.where(pan == 5, 0, pan + 1)}}
+    values = write_case(tmp_path, [gt_image(1, [person, dog], [0, 2], [[0, 1, 2]])], [record])
+    expected = {"panopticapi": (0.5, {"person": [0, 1, 1], "dog": [1, 0, 0]}),
+                "openpsg": (1.0, {"person": [1, 0, 0], "dog": [1, 0, 0]})}
+    for rule, (pq, counts) in expected.items():
+        base = {**values, "pq": True, "pq_rule": rule, "gt_cache": False}
+        evaluator = sgeval.Evaluator({key: value for key, value in base.items() if key != "pred"})
+        evaluator.update("1", labels=[], triplets=np.zeros((0, 3), np.int64),
+                         panoptic=sgeval.PanopticSegmentation(pan, [0, 1002], [0, 2], void_id_segment=0))
+        for results in (sgeval.evaluate(base), evaluator.compute()):
+            section = results["panoptic_quality"]
+            assert results["metrics"]["PQ"] == pq and section["All"]["n"] == 2, rule
+            assert {name: [v["TP"], v["FP"], v["FN"]] for name, v in section["per_category"].items()} == counts
