@@ -2673,7 +2673,9 @@ def encode_panoptic(segment_map):
 
 
 def _panoptic_record(panoptic, image_id, kind, put):
-    """write_predictions: an image's field 'panoptic', its PNG put beside the masks."""
+    """write_predictions: an image's field 'panoptic' from its ``panoptic`` ({"segments": [{id,
+    category}], "void_id_segment": id or None, and "segment_map": an (H, W) map of ids, 0 for no
+    segment, or "png": its bytes from encode_panoptic}), its PNG put beside the masks."""
     if kind == "json":
         raise ValueError("a .json prediction holds no panoptic PNG; write a .zip or a directory")
     record = {"file": f"{image_id}.panoptic.png",
@@ -2716,9 +2718,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
     ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
     row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H,
     W) bool or uint8) or
-    ``tiff`` (the masks already encoded by encode_masks), and optional ``panoptic`` ({"segments":
-    [{id, category}], "void_id_segment": id or None, and "segment_map": an (H, W) map of ids, 0 for
-    no segment, or "png": its bytes from encode_panoptic}). Each image's masks are written as it comes
+    ``tiff`` (the masks already encoded by encode_masks), and optional ``panoptic`` (_panoptic_record).
+    Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
     """

@@ -45,7 +45,8 @@ from .common import ConvertError
 
 FAMILY = "coco-panoptic"
 CATEGORY_MAPS = ("name", "index")
-MAX_JSON_BYTES = 1 << 30  # the predictions JSON (COCO val2017's 5000 images take some 20 MB)
+MAX_JSON_BYTES = 1 << 28  # the predictions JSON (COCO val2017's 5000 images take some 20 MB)
+MAX_MASK_BYTES = 1 << 31  # one image's (P, H, W) bool masks
 
 
 def read_json(path, what):
@@ -152,6 +153,9 @@ def segment_masks(result, image, where, n_objects, n_predicates, options):
         parts = [f"id {int(stray[0])} is not in its segments_info"] if stray.size else []
         parts += [f"segments_info id {int(absent[0])} has no pixel"] if absent.size else []
         raise ConvertError([f"{where}: " + "; ".join(parts)])
+    if len(ids) * pixel_ids.size > MAX_MASK_BYTES:
+        raise ConvertError([f"{where}: {len(ids)} segments of {image.width}x{image.height} pixels are more masks than "
+                            f"the limit of {MAX_MASK_BYTES >> 20} MiB per image"])
     masks = pixel_ids[None] == ids[:, None, None]
     scores = None if fields["scores"] is None else np.asarray(fields["scores"], np.float64)
     arrays = common.update_arrays(fields["labels"], np.zeros((0, 3)), np.zeros((0, 3)), masks,
