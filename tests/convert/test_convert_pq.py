@@ -142,6 +142,8 @@ def break_first(key, value):
 @pytest.mark.parametrize("change, problem", [
     (break_first("category_id", 999), "field 'segments_info': category_id 999 has no class of the GT"),
     (break_first("id", 0), "each 'id' must be a distinct integer from 1 to 16777215"),
+    (lambda predictions, folder: [segment.update(score=float("nan")) for segment in
+                                  predictions["annotations"][0]["segments_info"]], "a 'score' is not a finite number"),
     (lambda predictions, folder: predictions["annotations"][0]["segments_info"].append({"id": 77, "category_id": 0}),
      "segments_info id 77 has no pixel"),
     (lambda predictions, folder: predictions["annotations"][0]["segments_info"].pop(), "is not in its segments_info"),
