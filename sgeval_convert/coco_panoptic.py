@@ -125,7 +125,7 @@ def image_source(annotation, png_dir, path, category_of):
                             f"class of the GT (--categories: how ids map to the GT's classes)"])
     scores = [item.get("score") for item in segments]
     scores = scores if segments and all(type(value) in (int, float) for value in scores) else None
-    if scores is not None and not np.isfinite(np.asarray(scores, np.float64)).all():
+    if scores is not None and not all(abs(value) < 1e300 for value in scores):  # NaN, inf, a huge integer
         raise ConvertError([f"{where}: field 'segments_info': a 'score' is not a finite number"])
     return unpickler.RawResult({"png": os.path.join(png_dir, name), "ids": ids, "labels": mapped,
                                 "scores": scores})
