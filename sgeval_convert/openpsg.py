@@ -65,9 +65,9 @@ def detect_layout(result, where):
     return "complete" if complete else "panoptic"
 
 
-def layout_arrays(result, image, where, n_objects, n_predicates, options, layout="auto"):
+def layout_arrays(result, image, where, n_objects, n_predicates, options, layout="auto", pan_results=True):
     """One OpenPSG result (a RawResult) -> (update arrays, notes) in its layout; see
-    common.result_arrays."""
+    common.result_arrays. pan_results: carry the result's pan_results (else "panoptic" is None)."""
     kind = detect_layout(result, where) if layout == "auto" else layout
     if kind == "two-stage" and is_two_stage_empty(result):
         arrays, notes = common.empty_arrays(image)
@@ -77,7 +77,7 @@ def layout_arrays(result, image, where, n_objects, n_predicates, options, layout
                                        f"instances and rows [[i, T + i]]"])
         arrays, notes = common.result_arrays(result, image, where, n_objects, n_predicates, RULES[kind], options)
     notes[f"layout:{kind}"] += 1
-    arrays["panoptic"] = pan_segmentation(result, image, where, n_objects)
+    arrays["panoptic"] = pan_segmentation(result, image, where, n_objects) if pan_results else None
     notes["pan_results"] += arrays["panoptic"] is not None
     return arrays, notes
 
@@ -112,9 +112,9 @@ def panoptic_record(segmentation):
             "png": sgeval.encode_panoptic(np.where(np.isin(pan, ids), pan + 1, 0))}
 
 
-def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto"):
+def convert_image(result, image, where, n_objects, n_predicates, options, layout="auto", pan_results=True):
     """One OpenPSG result -> (record, masks, notes): layout_arrays as the file converter writes them."""
-    arrays, notes = layout_arrays(result, image, where, n_objects, n_predicates, options, layout)
+    arrays, notes = layout_arrays(result, image, where, n_objects, n_predicates, options, layout, pan_results)
     record, masks, notes = common.as_record(arrays, notes)
     if arrays["panoptic"] is not None:
         record["panoptic"] = panoptic_record(arrays["panoptic"])
@@ -122,20 +122,21 @@ def convert_image(result, image, where, n_objects, n_predicates, options, layout
 
 
 def image_arrays(result, image, n_objects, n_predicates, *, layout="auto", predicate_source="rel_dists",
-                 ng_top=common.NG_TOP, ng_per_predicate=common.NG_PER_PREDICATE):
+                 ng_top=common.NG_TOP, ng_per_predicate=common.NG_PER_PREDICATE, pan_results=True):
     _check_layout(layout)
     options = common.Options(predicate_source, ng_top, ng_per_predicate).check()
     arrays, _ = layout_arrays(common.as_result(result), image, common.image_where(image), n_objects, n_predicates,
-                              options, layout)
+                              options, layout, pan_results)
     return arrays
 
 
 image_arrays.__doc__ = common.IMAGE_ARRAYS_DOC.format(name="OpenPSG", options="""
     layout: auto | two-stage | complete | panoptic (module docstring); auto detects it per image.
 
-    The dict also holds "panoptic": the result's pan_results as an sgeval.PanopticSegmentation (ids
-    the values, VOID pixels in no segment, void_id_segment 0 when value 0 is a segment), or None
-    when it has none (module docstring).""")
+    pan_results: carry the result's pan_results. The dict also holds "panoptic": the result's
+    pan_results as an sgeval.PanopticSegmentation (ids the values, VOID pixels in no segment,
+    void_id_segment 0 when value 0 is a segment), or None when it has none or pan_results is
+    False (module docstring).""")
 
 
 def _check_layout(layout):
@@ -144,26 +145,31 @@ def _check_layout(layout):
 
 
 def convert(raw, out, gt, layout="auto", predicate_source="rel_dists", ng_top=common.NG_TOP,
-            ng_per_predicate=common.NG_PER_PREDICATE, progress=None, workers=1):
+            ng_per_predicate=common.NG_PER_PREDICATE, progress=None, workers=1, pan_results=True):
     """Convert an OpenPSG raw output (pickle or npz directory) to the prediction ZIP ``out``.
 
-    layout: auto | two-stage | complete | panoptic (module docstring); the other arguments are
-    those of common.CONVERT_DOC. Returns a summary dict; raises common.ConvertError.
+    layout: auto | two-stage | complete | panoptic (module docstring); pan_results: write each
+    result's pan_results as its panoptic segmentation (False: PQ scores the masks, by pq_merge);
+    the other arguments are those of common.CONVERT_DOC. Returns a summary dict; raises
+    common.ConvertError.
     """
     _check_layout(layout)
     options = common.Options(predicate_source, ng_top, ng_per_predicate)
 
     def image_fn(result, image, where, n_objects, n_predicates, options):
-        return convert_image(result, image, where, n_objects, n_predicates, options, layout)
+        return convert_image(result, image, where, n_objects, n_predicates, options, layout, pan_results)
 
-    return common.convert_all(raw, out, gt, image_fn, FAMILY, options, progress, settings={"layout": layout},
-                              workers=workers)
+    return common.convert_all(raw, out, gt, image_fn, FAMILY, options, progress,
+                              settings={"layout": layout, "pan_results": pan_results}, workers=workers)
 
 
 main = common.make_cli(convert, __doc__.split("\n\n")[0], "IMP, MOTIFS, VCTree, GPS-Net, PSGTR, PSGFormer "
                        "(results.pkl)", extra_options=[
     click.option("--layout", type=click.Choice(LAYOUTS), default="auto", show_default=True,
-                 help="How to read each result; auto detects it per image.")])
+                 help="How to read each result; auto detects it per image."),
+    click.option("--pan-results/--no-pan-results", default=True, show_default=True,
+                 help="Write each result's pan_results as its panoptic segmentation, which PQ scores (without: "
+                      "PQ scores the masks, by pq_merge).")])
 
 if __name__ == "__main__":
     main()

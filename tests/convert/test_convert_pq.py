@@ -87,6 +87,19 @@ def test_openpsg_pan_results_give_panopticapis_and_openpsgs_numbers(case, tmp_pa
                for key in sgeval.PQ_KEYS)
 
 
+def test_without_pan_results_pq_scores_the_masks_by_the_merge_rule(case, tmp_path):
+    """--no-pan-results: the overlapping masks, merged first-wins, give fair-psgg's psgtr merge's numbers."""
+    folder, numbers = case
+    gt = sgeval.read_gt(str(folder / "psg.json"))
+    raw = tmp_path / "results.pkl"
+    raw.write_bytes(pickle.dumps(list(raw_results(folder, gt))))
+    summary = openpsg.convert(str(raw), str(tmp_path / "pred.zip"), gt=str(folder / "psg.json"), pan_results=False)
+    assert summary.get("pan_results", 0) == 0
+    results = sgeval.evaluate(config(folder, pred=str(tmp_path / "pred.zip"), pq_merge="first-wins"))
+    assert results["panoptic_quality"]["source"] == "masks"
+    assert_tool(results, numbers["merge_psgtr"])
+
+
 @pytest.mark.parametrize("bad, problem", [
     (lambda pan: pan[:-1], "field 'pan_results' has shape"),
     (lambda pan: np.where(pan == pan.max(), 1000 * 3 + 200, pan), "field 'pan_results (category)' holds 200"),
