@@ -967,8 +967,8 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
     assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, ag, not None"]
     assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
     assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
-        f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
-        for key in ("layuot", "ng")]
+        f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate, "
+        f"pan_results" for key in ("layuot", "ng")]
     assert problem("[family, raw]\n") == [f"{named}: the conversion recipe must be a mapping of keys to values"]
     assert problem("family: [\n")[0].startswith(f"{named}: cannot read the conversion recipe: ")
     named.write_text(f"family: pairnet\nraw: {tmp_path / 'gone.pkl'}\n")
