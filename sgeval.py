@@ -98,10 +98,11 @@ from PIL import Image
 
 __all__ = [  # the public API; the other names are the parts it is made of
     # evaluate
-    "Evaluator", "Panoptic", "PackedMasks", "evaluate", "format_table", "Config", "Inputs", "Rules", "RunOptions",
-    "load_config", "make_config", "SGEvalError",
+    "Evaluator", "Panoptic", "PackedMasks", "PanopticSegmentation", "evaluate", "format_table", "Config", "Inputs",
+    "Rules", "RunOptions", "load_config", "make_config", "SGEvalError",
     # the formats
-    "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "pack_masks",
+    "read_gt", "read_predictions", "prediction_records", "write_predictions", "encode_masks", "encode_panoptic",
+    "pack_masks",
     "GroundTruth", "GTImage", "PredImage", "GTCache", "default_gt_cache",
     # protocols, metrics and the results
     "PROTOCOLS", "RECALL_PROTOCOLS", "DEFAULT_PROTOCOL", "Protocol", "CountField", "METRIC_FAMILIES", "TASKS",
@@ -319,6 +320,7 @@ class Rules:
     subsets: tuple = ()  # named GT subsets (SubsetSpec): R@k/<name>, ngR@k/<name>, mR@k/<name>
     pq: bool = False  # panoptic quality (PQ / SQ / RQ) of the predicted masks, as panopticapi computes it
     pq_merge: str = "none"  # overlapping masks become a panoptic segmentation by this rule (MERGE_RULES)
+    pq_rule: str = "panopticapi"  # panoptic quality as panopticapi counts it, or as OpenPSG does (PQ_RULES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,6 +438,8 @@ def make_config(values, source="config", need_pred=False):
                  if not isinstance(merged[key], bool)]
     if not isinstance(merged["pq_merge"], str) or merged["pq_merge"] not in MERGE_RULES:
         problems.append(f"{source}: pq_merge '{merged['pq_merge']}' is not one of {', '.join(MERGE_RULES)}")
+    if not isinstance(merged["pq_rule"], str) or merged["pq_rule"] not in PQ_RULES:
+        problems.append(f"{source}: pq_rule '{merged['pq_rule']}' is not one of {', '.join(PQ_RULES)}")
     config = Config(**{key: None if merged[key] in (None, "") else str(merged[key])
                        for key in ("gt_seg", "train_gt", "zeroshot_triplets", "predicate_groups", "output",
                                    "per_image", "model")},
@@ -448,7 +452,7 @@ def make_config(values, source="config", need_pred=False):
                     wimr_tau=_number("wimr_tau", merged["wimr_tau"], 0, 1, source, problems),
                     absent_predicates=merged["absent_predicates"], aggregation=merged["aggregation"],
                     per_predicate=merged["per_predicate"], audit=merged["audit"], workers=workers,
-                    pq=merged["pq"], pq_merge=merged["pq_merge"],
+                    pq=merged["pq"], pq_merge=merged["pq_merge"], pq_rule=merged["pq_rule"],
                     gt_cache=_gt_cache_value(merged["gt_cache"], source, problems),
                     subsets=subset_specs(merged["subsets"], source, problems))
     for name in dict.fromkeys(name for name in (config.protocol, *config.protocols) if isinstance(name, str)):
@@ -988,6 +992,31 @@ class PackedMasks(typing.NamedTuple):
     bits: object
 
 
+class PanopticSegmentation(typing.NamedTuple):
+    """A prediction's own panoptic segmentation, for Evaluator.update(panoptic=...): panoptic
+    quality scores it instead of the instance masks, which the relation protocols keep matching.
+    An (H, W) integer map of segment ids, the (N,) ids of its segments (pixels of any other id
+    belong to no segment) and their (N,) categories. void_id_segment: the id of the segment that
+    shares its id with VOID in the model's own map (in OpenPSG's pan_results, category 0 instance 0
+    has id 0); ``pq_rule: openpsg`` joins the pixels of no segment to it, as OpenPSG does."""
+
+    segment_map: object
+    segment_ids: object
+    categories: object
+    void_id_segment: object = None
+
+
+class PredPanoptic(typing.NamedTuple):
+    """A checked panoptic segmentation of a prediction (PanopticSegmentation, or a file record's
+    field 'panoptic')."""
+
+    categories: np.ndarray  # (N,) int64
+    segment_ids: np.ndarray  # (N,) int64
+    void_index: int  # the segment void_id_segment names; -1: none
+    bits: np.ndarray | None  # (N + 1, W): the segments, then the pixels of no segment; None: read from ``file``
+    file: str | None = None  # the PNG in the prediction source
+
+
 class Evaluator:
     """Evaluate in a model's test loop: ``update`` once per image (in any order, on any number of
     ranks), ``merge`` / ``sync`` the states, ``compute`` the results dict that ``evaluate`` returns.
@@ -1039,7 +1068,7 @@ class Evaluator:
         self.converted_task = None  # update_file: the task a converter recorded in the file (convert.json)
 
     def update(self, image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-               triplet_scores=None, ng_triplet_scores=None, row_lists=None):
+               triplet_scores=None, ng_triplet_scores=None, row_lists=None, panoptic=None):
         """Evaluate one image's predictions (numpy arrays or torch tensors; see the module
         docstring, "The Evaluator"). A bad update raises SGEvalError and changes nothing."""
         image_id = _image_id_text(image_id)
@@ -1050,7 +1079,7 @@ class Evaluator:
         height, width = (image.height, image.width) if image is not None else self.gt.skipped[image_id]
         fields = dict(labels=labels, triplets=triplets, masks=masks, boxes=boxes, scores=scores,
                       ng_triplets=ng_triplets, triplet_scores=triplet_scores, ng_triplet_scores=ng_triplet_scores,
-                      row_lists=row_lists)
+                      row_lists=row_lists, panoptic=panoptic)
         pred = update_prediction(image_id, where, fields, len(self.gt.object_classes), self.settings, height, width)
         problems = protocol_problems(pred, image, self.settings, where)
         if problems:
@@ -1362,7 +1391,7 @@ def settings_of(rules, mode, n_predicates, subsets=(), gt=None):
     return Settings(mode, tuple(dict.fromkeys((rules.protocol, *rules.protocols))), rules.iou_threshold, rules.k,
                     rules.imr_k, n_predicates, rules.audit, rules.task, rules.confusion_k, tuple(subsets), measures,
                     rules.pq_merge if measures else None, len(gt.object_classes) if gt and measures else 0,
-                    gt.n_things if gt and measures else 0)
+                    gt.n_things if gt and measures else 0, rules.pq_rule if measures else None)
 
 
 def _file_digest(path):
@@ -1390,6 +1419,13 @@ def prediction_digest(pred):
         data = np.ascontiguousarray(pred.bits).view(np.uint8)
         digest.update(f"{pred.bits.shape} {imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
     digest.update(repr(pred.seg_filename).encode())
+    if pred.panoptic is not None:  # its ids, categories, void index, and its PNG's name or its bits
+        panoptic = pred.panoptic
+        digest.update(repr((panoptic.segment_ids.tolist(), panoptic.categories.tolist(), panoptic.void_index,
+                            panoptic.file)).encode())
+        if panoptic.bits is not None:
+            data = np.ascontiguousarray(panoptic.bits).view(np.uint8)
+            digest.update(f"{imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
     return digest.digest()[:DIGEST]
 
 
@@ -1575,6 +1611,7 @@ class PredImage:
     triplet_scores: np.ndarray | None = None  # (N,) float64, one per row of triplets, when given
     ng_triplet_scores: np.ndarray | None = None  # (M,) float64 for ng_triplets (the triplet_scores without them)
     row_lists: dict = dataclasses.field(default_factory=dict)  # more named lists: {name: (rows (N, 3), scores)}
+    panoptic: PredPanoptic | None = None  # its own panoptic segmentation (panoptic quality scores it when given)
 
     def row_list(self, names):
         """(rows (N, 3), scores (N,) or None) of the first of the named lists this prediction has
@@ -1715,9 +1752,12 @@ def update_prediction(image_id, where, fields, n_objects, settings, height, widt
     masks = fields.get("masks")
     bits = update_masks(masks, n, height, width, where, problems) \
         if settings.mode == "mask" and n <= MAX_INSTANCES and (n or masks is not None) else None
+    panoptic = fields.get("panoptic")
+    panoptic = update_panoptic(panoptic, n_objects, height, width, where, problems) \
+        if panoptic is not None and settings.mode == "mask" else None  # (box mode reads no masks)
     if problems:
         raise SGEvalError(problems)
-    pred.bits = bits
+    pred.bits, pred.panoptic = bits, panoptic
     return pred
 
 
@@ -1827,6 +1867,49 @@ def _panoptic_masks(segment_map, segment_ids, n, height, width, where, problems)
     bits = np.zeros((n, _words(image.size)), np.uint64)
     pack_segments(image[:, :, None], ids, bits.view(np.uint8))
     return bits
+
+
+def update_panoptic(value, n_objects, height, width, where, problems):
+    """PredPanoptic of update's ``panoptic`` (a PanopticSegmentation), its segments packed; None
+    after a problem."""
+    if not isinstance(value, PanopticSegmentation):
+        problems.append(f"{where}: field 'panoptic' must be an sgeval.PanopticSegmentation(segment_map, segment_ids, "
+                        f"categories)")
+        return None
+    before = len(problems)
+    ids = _update_field(value.segment_ids, "panoptic.segment_ids", (None,), "iu", where, problems)
+    n = 0 if ids is None else len(ids)
+    categories = _update_field(value.categories, "panoptic.categories", (n,), "iu", where, problems)
+    image = _update_field(value.segment_map, "panoptic.segment_map", (height, width), "iu", where, problems)
+    if len(problems) > before:
+        return None
+    void = value.void_id_segment
+    void = int(void) if isinstance(void, (int, np.integer)) and not isinstance(void, bool) else void
+    problem = panoptic_problem(ids, categories, void, n_objects)
+    if problem:
+        problems.append(f"{where}: field 'panoptic': {problem}")
+        return None
+    bits = np.zeros((n + 1, _words(image.size)), np.uint64)
+    found = pack_segments(image[:, :, None], ids, bits.view(np.uint8)[:n])
+    if not found.all():
+        problems.append(f"{where}: field 'panoptic': segment id {int(ids[found == 0][0])} has no pixel in the "
+                        f"segment map")
+        return None
+    bits[n] = pack_masks(~np.isin(image, ids)[None])[0]
+    return PredPanoptic(categories, ids, -1 if void is None else int(np.flatnonzero(ids == void)[0]), bits)
+
+
+def panoptic_problem(ids, categories, void_id_segment, n_objects):
+    """What is wrong with a panoptic segmentation's segment list, or None."""
+    if len(ids) > MAX_INSTANCES:
+        return f"{len(ids)} segments, more than the limit of {MAX_INSTANCES} per image"
+    if len(np.unique(ids)) < len(ids):
+        return "a segment id is listed twice"
+    if len(categories) and (categories.min() < 0 or categories.max() >= n_objects):
+        return f"a category is outside 0..{n_objects - 1}"
+    if void_id_segment is not None and (type(void_id_segment) is not int or void_id_segment not in ids):
+        return f"void_id_segment {void_id_segment!r} is not a listed segment id"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2063,9 +2146,11 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
             problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
         elif members is not None and seg_filename not in members:
             problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
+    panoptic = record_panoptic(record.get("panoptic"), where, members, n_objects, mode, problems)
     if pred is None or len(problems) > before:
         return None
     pred.seg_filename = seg_filename if isinstance(seg_filename, str) else None
+    pred.panoptic = panoptic
     return pred
 
 
@@ -2616,6 +2701,31 @@ def encode_masks(masks_PHW):
     return buffer.getvalue()
 
 
+def encode_panoptic(segment_map):
+    """An (H, W) map of segment ids (0 to 2^24 - 1) -> the bytes of an 8-bit RGB PNG, id = R + 256 G
+    + 65536 B (COCO panoptic's encoding)."""
+    ids = np.asarray(segment_map, np.int64)
+    if ids.ndim != 2 or ids.size and (ids.min() < 0 or ids.max() > MAX_PNG_ID):
+        raise ValueError(f"a panoptic segment map must be (H, W) ids from 0 to {MAX_PNG_ID}")
+    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
+    return imagecodecs.png_encode(rgb)
+
+
+def _panoptic_record(panoptic, image_id, kind, put):
+    """write_predictions: an image's field 'panoptic' from its ``panoptic`` ({"segments": [{id,
+    category}], "void_id_segment": id or None, and "segment_map": an (H, W) map of ids, 0 for no
+    segment, or "png": its bytes from encode_panoptic}), its PNG put beside the masks."""
+    if kind == "json":
+        raise ValueError("a .json prediction holds no panoptic PNG; write a .zip or a directory")
+    record = {"file": f"{image_id}.panoptic.png",
+              "segments": [{"id": int(item["id"]), "category": int(item["category"])} for item in panoptic["segments"]]}
+    if panoptic.get("void_id_segment") is not None:
+        record["void_id_segment"] = int(panoptic["void_id_segment"])
+    png = panoptic.get("png")
+    put(record["file"], encode_panoptic(panoptic["segment_map"]) if png is None else png)
+    return record
+
+
 def _finite_list(values, field, image_id):
     """A list of finite floats for write_predictions; ValueError naming the image otherwise."""
     array = np.asarray(values, np.float64).ravel()
@@ -2647,7 +2757,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
     ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
     row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H,
     W) bool or uint8) or
-    ``tiff`` (the masks already encoded by encode_masks). Each image's masks are written as it comes
+    ``tiff`` (the masks already encoded by encode_masks), and optional ``panoptic`` (_panoptic_record).
+    Each image's masks are written as it comes
     (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
     bytes} added beside triplets.json. Same input, same bytes.
     """
@@ -2688,6 +2799,8 @@ def write_predictions(path, images, extra_members=None, kind=None):
                         raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
                     record["seg_filename"] = f"{image['id']}.tiff"
                     put(record["seg_filename"], encode_masks(masks) if tiff is None else tiff)
+                if image.get("panoptic") is not None:
+                    record["panoptic"] = _panoptic_record(image["panoptic"], image["id"], kind, put)
                 spool.write((", " * bool(index) + json.dumps(record)).encode())
             spool.write(b"]}")
             for name, data in {"triplets.json": spool, **(extra_members or {} if kind != "json" else {})}.items():
@@ -3082,6 +3195,7 @@ class Settings(typing.NamedTuple):
     pq_merge: str | None = None  # panoptic quality: the MERGE_RULES name for overlapping masks
     n_objects: int = 0  # panoptic quality: the object categories (the first n_things are things)
     n_things: int = 0
+    pq_rule: str | None = None  # panoptic quality: the PQ_RULES name (panopticapi, openpsg)
 
 
 def run_units(settings):
@@ -3204,8 +3318,10 @@ def evaluate_image(task):
     when the audit or a protocol needs it, then each protocol's counts (Protocol.image_counts)."""
     gt, pred, settings = task.gt, task.pred, task.settings
     units = run_units(settings)
-    if pred is None or not len(pred.categories):  # no instances: no triplets either (checked)
+    if pred is None or not len(pred.categories) and pred.panoptic is None:  # no instances: no triplets (checked)
         return _empty_result(gt, settings, units)
+    if not len(pred.categories) and pred.bits is None:  # a panoptic segmentation only: no instance masks to read
+        pred = dataclasses.replace(pred, bits=np.zeros((0, _words(gt.height * gt.width)), np.uint64))
     task_pred, check, on_gt_pairs = task_instances(gt, pred, settings.task)
     as_gt = settings.task == "predcls" and not check["instance_count_differs"]
     check = list(check.values())
@@ -3216,7 +3332,7 @@ def evaluate_image(task):
         iou, masks = image_iou(task, task_pred, as_gt, merging or any(unit.needs_all_masks for unit in units))
         merge = merge_prediction(task_pred, masks, gt.width, needs_merge) if merging else None
         compared = Compared(gt, task_pred, pred, iou, masks, merge, on_gt_pairs if settings.task != "sgdet" else None,
-                            settings, where)
+                            settings, where, task.source)
         counts = {unit.name: unit.image_counts(compared) for unit in units}
     except SGEvalError as error:
         return ImageResult(None, None, error.problems, check)
@@ -3348,6 +3464,7 @@ class Compared(typing.NamedTuple):
     on_gt_pairs: np.ndarray | None  # sgcls / predcls: (T,) bool, the rows of triplets on a GT relation's pair
     settings: typing.Any
     where: str = ""  # the image (and its file) in problem lines
+    source: typing.Any = None  # the PredSource of a file's record (its further files), else None
 
 
 class Matching(typing.NamedTuple):
@@ -4050,8 +4167,16 @@ PQ_FIELDS = (
                bounds=lambda settings: (settings.n_objects, None, None)),
     CountField("pq_miss", (3, "n"), "per category with false positives or negatives: the category, FP, FN",
                bounds=lambda settings: (settings.n_objects, None, None)),
+    CountField("pq_source", (), "which segmentation was scored: 0 none (no prediction), 1 the instance masks "
+               "(pq_merge), 2 the prediction's own panoptic segmentation (PQ_SOURCES)"),
 )
 PQ_KEYS = ("PQ", "SQ", "RQ", "PQ_th", "SQ_th", "RQ_th", "PQ_st", "SQ_st", "RQ_st")  # OpenPSG's names
+PQ_SOURCES = ("none", "masks", "panoptic")  # the values of pq_source
+PQ_RULES = {  # pq_rule: whose reading of a panoptic segmentation
+    "panopticapi": "panopticapi's pq_compute: pixels of no segment are VOID",
+    "openpsg": "OpenPSG's evaluate(metric=['PQ']) through mmdet 2.20.0: the pixels of no segment join the segment "
+               "void_id_segment names (pan_results' id 0, which mmdet's _pan2json gives to VOID too)",
+}
 
 
 class PanopticQuality:
@@ -4085,26 +4210,47 @@ class PanopticQuality:
         return []
 
     def record_problem(self, pred, image, settings, where):
-        """Masks given as arrays (Evaluator.update) that overlap without a merge rule."""
-        if image is None or pred.bits is None or settings.pq_merge != "none" or len(pred.bits) < 2:
+        """Masks given as arrays (Evaluator.update) that overlap without a merge rule (and without a
+        panoptic segmentation of their own, which would be scored instead)."""
+        if image is None or pred.bits is None or settings.pq_merge != "none" or len(pred.bits) < 2 \
+                or pred.panoptic is not None:
             return None
         return overlap_problem(where) if masks_overlap(pred.bits, mask_boxes(pred.bits, image.width), image.width) \
             else None
 
     def image_counts(self, compared):
-        gt, masks, settings = compared.gt, compared.masks, compared.settings
-        bits, boxes, categories = MERGE_RULES[settings.pq_merge].segments(compared.pred, masks.pred_bits,
-                                                                         masks.pred_boxes, gt.width, compared.where)
+        gt, masks = compared.gt, compared.masks
+        bits, boxes, categories, source = self.segments(compared)
         keep = boxes[:, 0] > 0  # a segment without pixels is no segment
-        return pq_counts(gt, masks.gt_bits, masks.gt_boxes, masks.gt_void, bits[keep], boxes[keep],
-                         categories[keep], compared.where)
+        counts = pq_counts(gt, masks.gt_bits, masks.gt_boxes, masks.gt_void, bits[keep], boxes[keep],
+                           categories[keep], compared.where)
+        return {**counts, "pq_source": np.int64(PQ_SOURCES.index(source))}
+
+    @staticmethod
+    def segments(compared):
+        """(segments (N, W), their mask_boxes, categories (N,), the PQ_SOURCES name) that an image's
+        panoptic quality scores: the prediction's own panoptic segmentation when it has one (under
+        pq_rule openpsg, the pixels of no segment joined to its void_id_segment), else its instance
+        masks made segments by the pq_merge rule."""
+        gt, masks, settings, panoptic = compared.gt, compared.masks, compared.settings, compared.stored.panoptic
+        if panoptic is None:
+            return *MERGE_RULES[settings.pq_merge].segments(compared.pred, masks.pred_bits, masks.pred_boxes,
+                                                            gt.width, compared.where), "masks"
+        bits = panoptic.bits if panoptic.bits is not None else \
+            load_pred_panoptic(compared.source, compared.stored, gt.height, gt.width)
+        segments = bits[:-1]
+        if settings.pq_rule == "openpsg" and panoptic.void_index >= 0:
+            segments = segments.copy()
+            segments[panoptic.void_index] |= bits[-1]
+        return segments, mask_boxes(segments, gt.width), panoptic.categories, "panoptic"
 
     def empty_counts(self, gt, settings):
         missed = np.bincount(gt.categories[~gt.crowd], minlength=settings.n_objects) if len(gt.categories) else \
             np.zeros(settings.n_objects, np.int64)
         present = np.flatnonzero(missed)
         return {"pq_tp": np.zeros((3, 0), np.int64),
-                "pq_miss": np.stack([present, np.zeros(len(present), np.int64), missed[present]])}
+                "pq_miss": np.stack([present, np.zeros(len(present), np.int64), missed[present]]),
+                "pq_source": np.int64(0)}
 
     def gt_counts(self, image, settings):
         return {**self.empty_counts(image, settings), "n_rows": 0}
@@ -4113,13 +4259,13 @@ class PanopticQuality:
         """A matched pair shares at most its union, which is positive; misses are counts."""
         tp, miss = fields["pq_tp"], fields["pq_miss"]
         if tp.size and ((tp[1] > tp[2]).any() or (tp[2] < 1).any() or (2 * tp[1] <= tp[2]).any()) \
-                or miss.size and (miss[1:] > MAX_COUNT).any():
+                or miss.size and (miss[1:] > MAX_COUNT).any() or fields["pq_source"] >= len(PQ_SOURCES):
             return [f"{where} its matched pairs or misses cannot be a segmentation's"]
         return []
 
     def results(self, store, gt, config_rules):
         """The results' panoptic_quality section and its metrics (PQ_KEYS)."""
-        return pq_results(store, gt, config_rules.pq_merge)
+        return pq_results(store, gt, config_rules)
 
     def table_lines(self, section):
         if section["All"] is None:
@@ -4127,8 +4273,8 @@ class PanopticQuality:
         parts = [f"{name.lower()} " + " ".join(
             f"{key} {_fmt(section[name][key])}" for key in ("PQ", "SQ", "RQ")) if section[name] else f"{name}: -"
             for name in ("All", "Things", "Stuff")]
-        return [f"panoptic quality ({section['rule']}; merge {section['merge']}): " + " | ".join(parts)
-                + f"   ({section['All']['n']} categories)"]
+        return [f"panoptic quality ({section['rule']}; {section['source']}; merge {section['merge']}): "
+                + " | ".join(parts) + f"   ({section['All']['n']} categories)"]
 
 
 MEASURES = {unit.name: unit for unit in (PanopticQuality(),)}  # units counted beside the protocols (Settings)
@@ -4137,8 +4283,82 @@ MEASURES = {unit.name: unit for unit in (PanopticQuality(),)}  # units counted b
 def config_measures(rules):
     """The names of the measures a run's Rules ask for (each unit's ``enabled``), in registry order."""
     return tuple(name for name, unit in MEASURES.items() if unit.enabled(rules))
-MEASURE_SETTINGS = ("measures", "pq_merge", "n_objects", "n_things")  # the Settings fields they add
+
+
+MEASURE_SETTINGS = ("measures", "pq_merge", "n_objects", "n_things", "pq_rule")  # the Settings fields they add
 COUNT_FIELDS.update({field.name: field for unit in MEASURES.values() for field in unit.fields})
+
+
+PANOPTIC_KEYS = ("file", "segments", "void_id_segment")  # a prediction record's field 'panoptic'
+MAX_PNG_ID = (1 << 24) - 1  # the largest id of an 8-bit RGB PNG (R + 256 G + 65536 B)
+
+
+def record_panoptic(value, where, members, n_objects, mode, problems):
+    """PredPanoptic of a file record's field 'panoptic' (its PNG read later, load_pred_panoptic);
+    None when the record has none, in box mode (which reads no masks, as it reads no seg_filename),
+    or after appending a problem."""
+    if value is None or mode != "mask":
+        return None
+    segments = value.get("segments") if isinstance(value, dict) else None
+    if not isinstance(segments, list) or not set(value) <= set(PANOPTIC_KEYS) or not _types(segments) <= {dict}:
+        problems.append(f"{where}: field 'panoptic' must be an object with 'file', 'segments' (a list of {{id, "
+                        f"category}}) and optional 'void_id_segment'")
+        return None
+    name = value.get("file")
+    if not isinstance(name, str) or not name or unsafe_member(name):
+        problems.append(f"{where}: field 'panoptic.file' must name a PNG of the prediction (a relative path "
+                        f"without '..')")
+        return None
+    if members is not None and name not in members:
+        problems.append(f"{where}: field 'panoptic.file' '{name}' is not in the ZIP")
+        return None
+    if len(segments) > MAX_INSTANCES:
+        problems.append(f"{where}: field 'panoptic.segments': more than the limit of {MAX_INSTANCES} per image")
+        return None
+    ids, categories = (int_array([item.get(key) for item in segments]) for key in ("id", "category"))
+    if ids is None or categories is None or len(ids) and (ids.min() < 1 or ids.max() > MAX_PNG_ID):
+        problems.append(f"{where}: field 'panoptic.segments': every segment needs an integer 'id' from 1 to "
+                        f"{MAX_PNG_ID} (0 is no segment) and an integer 'category'")
+        return None
+    void = value.get("void_id_segment")
+    problem = panoptic_problem(ids, categories, void, n_objects)
+    if problem:
+        problems.append(f"{where}: field 'panoptic': {problem}")
+        return None
+    return PredPanoptic(categories, ids, -1 if void is None else int(np.flatnonzero(ids == void)[0]), None, name)
+
+
+def load_pred_panoptic(source, pred, height, width):
+    """The packed segments of a file record's panoptic PNG (id = R + 256 G + 65536 B), then its
+    pixels of id 0, which belong to no segment: (N + 1, W). Every pixel's id is 0 or listed, and
+    every listed id has a pixel, as panopticapi requires."""
+    panoptic = pred.panoptic
+    where = f"{source.path}: image {pred.image_id}: panoptic PNG {panoptic.file} (field 'panoptic.file')"
+    try:
+        data = source.read(panoptic.file, 4 * height * width + (1 << 20))
+        with Image.open(io.BytesIO(data)) as header:  # format, mode and size, before decoding
+            kind, mode, size = header.format, header.mode, header.size
+        if kind != "PNG" or mode not in ("RGB", "RGBA") or size != (width, height):
+            raise SGEvalError([f"{where}: must be an 8-bit RGB PNG of the GT image's {width}x{height} pixels, not "
+                               f"a {kind} {mode} image of {size[0]}x{size[1]}"])
+        rgb = imagecodecs.png_decode(data)
+    except SGEvalError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- zipfile, Pillow and the codec raise many types on corrupt data
+        raise SGEvalError([f"{where}: cannot read PNG: {type(error).__name__}: {error}"]) from None
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[:2] != (height, width):
+        raise SGEvalError([f"{where}: must be an 8-bit RGB PNG, not {rgb.dtype} {rgb.shape}"])
+    ids, n = panoptic.segment_ids, len(panoptic.segment_ids)
+    bits = np.zeros((n + 1, _words(height * width)), np.uint64)
+    found = pack_segments(rgb, np.r_[ids, VOID_ID], bits.view(np.uint8))
+    if found[:n].all() and int(found.sum()) == height * width:
+        return bits
+    values = np.unique(rgb[..., :3].astype(np.int64) @ np.array([1, 256, 65536]))
+    stray, absent = np.setdiff1d(values, np.r_[ids, VOID_ID]), ids[found[:n] == 0]
+    parts = [f"the PNG holds id {int(stray[0])}, which field 'panoptic.segments' does not list"] if stray.size else []
+    parts += [f"field 'panoptic.segments' lists id {int(absent[0])}, which the PNG does not hold"] \
+        if absent.size else []
+    raise SGEvalError([f"{where}: " + "; ".join(parts)])
 
 
 def pq_counts(gt, gt_bits, gt_boxes, gt_void, bits, boxes, categories, where):
@@ -4170,8 +4390,9 @@ def pq_counts(gt, gt_bits, gt_boxes, gt_void, bits, boxes, categories, where):
             "pq_miss": np.stack([missed, fp[missed], fn[missed]]).astype(np.int64).reshape(3, -1)}
 
 
-def pq_results(store, gt, merge):
-    """(the panoptic_quality section, its metrics by OpenPSG's names) from the stacked pq fields."""
+def pq_results(store, gt, config_rules):
+    """(the panoptic_quality section, its metrics by OpenPSG's names) from the stacked pq fields,
+    under the run's Rules."""
     C, empty = len(gt.object_classes), np.zeros((3, 0), np.int64)
     tp_rows = np.concatenate([rows for rows in store.ragged("pq_tp") if rows is not None] or [empty], axis=1)
     miss_rows = np.concatenate([rows for rows in store.ragged("pq_miss") if rows is not None] or [empty], axis=1)
@@ -4181,7 +4402,7 @@ def pq_results(store, gt, merge):
     counted = tp + fp + fn > 0
     denominator = np.maximum(tp + 0.5 * fp + 0.5 * fn, 0.5)
     values = {"PQ": iou / denominator, "SQ": np.where(tp > 0, iou / np.maximum(tp, 1), 0.0), "RQ": tp / denominator}
-    section = {"rule": "panopticapi", "merge": merge}
+    section = {"rule": config_rules.pq_rule, "merge": config_rules.pq_merge, **pq_sources(store)}
     for name, chosen in (("All", counted), ("Things", counted & (np.arange(C) < gt.n_things)),
                          ("Stuff", counted & (np.arange(C) >= gt.n_things))):
         n = int(np.count_nonzero(chosen))
@@ -4198,6 +4419,15 @@ def pq_results(store, gt, merge):
 # ---------------------------------------------------------------------------------------------
 # 10. Per-image counts: integer counts only
 # ---------------------------------------------------------------------------------------------
+
+
+def pq_sources(store):
+    """The results' words on which segmentation panoptic quality scored: ``source`` (panoptic, masks,
+    mixed, or none) and ``images_by_source`` (the evaluated images of each PQ_SOURCES value)."""
+    counts = np.bincount(np.asarray(store["pq_source"], np.int64), minlength=len(PQ_SOURCES))
+    by_source = dict(zip(PQ_SOURCES, map(int, counts)))
+    used = [name for name in PQ_SOURCES[1:] if by_source[name]]
+    return {"source": used[0] if len(used) == 1 else "mixed" if used else "none", "images_by_source": by_source}
 
 
 def k_values(k_labels, n_relations):
@@ -5145,6 +5375,8 @@ def _subset_lines(results):
 @click.option("--pq/--no-pq", default=None, help="Panoptic quality (PQ / SQ / RQ) of the predicted masks (mask mode).")
 @click.option("--pq-merge", help="How overlapping masks become segments for PQ: none (default: overlap is an error), "
                                  "score-order, first-wins.")
+@click.option("--pq-rule", help="Whose panoptic quality: panopticapi (default) or openpsg (OpenPSG's reading of "
+                                "pan_results: VOID pixels join the segment of id 0).")
 @click.option("--model", help="The model's name in reports (default: the results file's name).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--reference", "show_reference", is_flag=True,
@@ -5223,7 +5455,8 @@ The Evaluator
 ``Evaluator(config)`` reads the GT, the training statistics and the zero-shot list once
 (``evaluator.gt``: the GroundTruth, its ``images`` the evaluated GTImages in psg.json order).
 ``update(image_id, *, labels, triplets, masks=None, boxes=None, scores=None, ng_triplets=None,
-triplet_scores=None, ng_triplet_scores=None, row_lists=None)`` takes one image's predictions as numpy arrays or torch tensors on any device (copied with
+triplet_scores=None, ng_triplet_scores=None, row_lists=None, panoptic=None)`` takes one image's
+predictions as numpy arrays or torch tensors on any device (copied with
 ``.detach().cpu()``; torch is never imported): ``labels`` (P,) integer categories, 0-based, in
 the GT's vocabulary; ``masks`` (P, H, W) bool or 0/1 integers at the GT image's size (mask mode;
 float masks are refused, not thresholded), or ``Panoptic(segment_map, segment_ids)`` (also a
@@ -5236,9 +5469,13 @@ SingleMPO merge order, as ``score`` in the file format); ``triplets`` (N, 3) ``[
 best first, never re-sorted; ``ng_triplets`` (M, 3), or None for "use triplets";
 ``triplet_scores`` (N,) and ``ng_triplet_scores`` (M,) numbers, optional (the ``oi`` protocol's
 ranking); ``row_lists`` {name: rows, (rows, scores) or {"triplets": rows, "scores": scores}}: more
-named lists, optional (the format's ``row_lists``). ``update_file(path, workers=None)`` updates it
-with every record of a prediction file, as ``evaluate`` does. In box mode
-``masks`` are ignored, as ``seg_filename`` is.
+named lists, optional (the format's ``row_lists``); ``panoptic``
+``PanopticSegmentation(segment_map, segment_ids, categories, void_id_segment=None)``, optional
+(mask mode): the prediction's own panoptic segmentation, which panoptic quality scores instead of
+the masks (an (H, W) integer map, the (N,) ids of its segments, each with a pixel, pixels of other
+ids in no segment; their (N,) categories; void_id_segment: see pq_rule). ``update_file(path,
+workers=None)`` updates it with every record of a prediction file, as ``evaluate`` does. In box
+mode ``masks`` and ``panoptic`` are ignored, as ``seg_filename`` is.
 
 * An update is checked before it touches the state, with the file reader's rules and messages
   (the image id and the field): the image is one of the GT's test images (an id that looks like
@@ -5298,7 +5535,9 @@ A ``.json`` file, a ``.zip`` or a directory holding ``triplets.json``::
         "triplet_scores": [0.93, ...],      # optional: one finite number per row of triplets
         "ng_triplets": [[s, o, p], ...],    # optional, most confident first (default: triplets)
         "ng_triplet_scores": [0.93, ...],   # optional: one per row of ng_triplets
-        "row_lists": {"oi": {"triplets": [[s, o, p], ...], "scores": [0.93, ...]}}}]}  # optional
+        "row_lists": {"oi": {"triplets": [[s, o, p], ...], "scores": [0.93, ...]}},  # optional
+        "panoptic": {"file": "107902.panoptic.png",           # optional, mask mode: for PQ
+                     "segments": [{"id": 1, "category": 0}, ...], "void_id_segment": 1}}]}
 
 The instance list may also be spelled ``annotation`` (SGBench 1.0 code) or as parallel
 ``categories`` + ``bboxes`` lists. ``bbox`` is required in box mode only; ``score`` is optional.
@@ -5320,6 +5559,14 @@ read in memory, never extracted. ``triplets.json`` (UTF-8) is read one record at
 memory holds a few records and one image's masks. ``write_predictions`` writes the format: each
 TIFF is one 1-bit deflate page whose samples, stored apart (planar), are the masks, so a reader
 parses one directory per image instead of one per mask (SGBench 1.0 reads it too).
+``panoptic`` (optional, read in mask mode only) is the prediction's own panoptic segmentation,
+which panoptic quality scores instead of the instance masks (the protocols keep the masks): an
+8-bit RGB(A) PNG at the GT image's size, id = R + 256 G + 65536 B, 0 for no segment; ``segments``
+lists each id (1 to 2^24 - 1, distinct, at most MAX_INSTANCES) with its category; every non-zero
+pixel id must be listed and every listed id must have a pixel (as panopticapi requires);
+``void_id_segment`` (optional) names the segment that shared VOID's id in the model's own map
+(``sgeval convert openpsg``: pan_results' value 0). ``write_predictions`` writes it from
+``panoptic`` ({"segments", "void_id_segment", "segment_map" or "png"}; encode_panoptic).
 
 Strict reading and limits
 -------------------------
@@ -5437,7 +5684,16 @@ Rules (where the papers are ambiguous, these are the decisions)
   IoU / (TP + FP / 2 + FN / 2), SQ = sum IoU / TP (0 without TP), RQ = TP / (TP + FP / 2 + FN /
   2); All / Things (thing_classes) / Stuff: the means over the categories with a TP, FP or FN
   (None when there is none). OpenPSG prints the same numbers in percent. An image's record holds
-  its matched pairs (category, shared, union) and per category its FP and FN: the counts add up.
+  its matched pairs (category, shared, union), per category its FP and FN, and which segmentation
+  was scored (``pq_source``): the counts add up. A prediction with its own panoptic segmentation
+  (``panoptic``) is scored on it, whatever its masks and pq_merge; the results say which
+  (``panoptic_quality.source``: panoptic, masks, mixed or none; ``images_by_source``).
+  ``pq_rule`` (``--pq-rule``; results ``panoptic_quality.rule``): ``panopticapi`` (default), or
+  ``openpsg``, OpenPSG's evaluate(metric=['PQ']) through mmdet 2.20.0, whose _pan2json gives VOID
+  the id 0 that pan_results' segment of category 0, instance 0 also has
+  (mmdet/datasets/coco_panoptic.py:341-360): the pixels of no segment join the segment that
+  ``void_id_segment`` names. Nothing else differs (the same images, GT areas from segments_info,
+  things from thing_classes); OpenPSG's numbers are these times 100.
 * ``task`` (what the model was given): ``sgdet`` (nothing; the default), ``sgcls`` (the GT boxes)
   or ``predcls`` (the GT boxes and labels). In sgcls and predcls a prediction's instances are the
   GT's, in GT order: predcls matches with the GT's categories and boxes (in mask mode its masks)

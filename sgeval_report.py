@@ -185,15 +185,15 @@ PQ_MEANS = ("All", "Things", "Stuff")
 
 
 def _check_panoptic_quality(section, where, problems):
-    """The panoptic_quality section (pq: true; absent or null otherwise): rule and merge names,
+    """The panoptic_quality section (pq: true; absent or null otherwise): rule, merge and source names,
     the means (a mapping of numbers, or null where no category counts) and per_category."""
     if section is None:
         return
     if not isinstance(section, dict):
         problems.append(f"{where}panoptic_quality: expected a mapping or null")
         return
-    for key in ("rule", "merge"):
-        if not _text(section.get(key)):
+    for key in ("rule", "merge", "source"):  # (source: since the panoptic segmentations of predictions)
+        if not _text(section.get(key)) and (key != "source" or key in section):
             problems.append(f"{where}panoptic_quality.{key}: expected a name")
     for key in PQ_MEANS:
         if section.get(key) is not None:
@@ -671,15 +671,25 @@ def segmentation_table(runs, keys, marks, notes):
     if not any((run.results.get("metrics") or {}).get("PQ") is not None for run in runs):
         raise ReportError(["report: the segmentation table needs panoptic quality: evaluate with pq: true (mask mode)"])
     rows = [[_label(run, marks)] + [(run.results.get("metrics") or {}).get(key) for key in keys] for run in runs]
-    merge_of = {run.label: (run.results.get("panoptic_quality") or {}).get("merge", "-") for run in runs}
-    merges = sorted(set(merge_of.values()))
-    lines = [f"Panoptic quality as panopticapi computes it (merge rule: {', '.join(merges)}; _th things, _st stuff) "
-             f"beside the recall of the headline protocol. Values in percent."]
-    if len(merges) > 1:  # each rule makes other segments of the same masks: PQ compares across rules only so
-        lines.append("The runs merged overlapping masks by different rules: " + ", ".join(
-            f"{label} {merge}" for label, merge in merge_of.items()) + ".")
+    basis_of = {run.label: pq_basis(run.results.get("panoptic_quality") or {}) for run in runs}
+    bases = sorted(set(basis_of.values()))
+    lines = [f"Panoptic quality ({'; '.join(bases)}; _th things, _st stuff) beside the recall of the headline "
+             f"protocol. Values in percent."]
+    if len(bases) > 1:  # each rule makes other segments of the same masks: PQ compares across rules only so
+        lines.append("The runs' segmentations or rules differ: " + ", ".join(
+            f"{label} {basis}" for label, basis in basis_of.items()) + ".")
     return Table("segmentation", "Segmentation quality and recall", [_column("Model")] + [_key_column(key) for key in keys],
                  rows, ["text"] + [_kind(key) for key in keys], lines + notes, True)
+
+
+def pq_basis(section):
+    """Whose PQ a run's panoptic_quality section is, and of which segmentation (its rule, its source,
+    its merge rule): e.g. 'panopticapi, masks merged by score-order'."""
+    source = section.get("source", "masks")
+    merged = f"merged by {section.get('merge', '-')}"
+    segmentation = {"panoptic": "the model's panoptic segmentation", "masks": f"masks {merged}",
+                    "mixed": f"panoptic segmentations and masks {merged}"}.get(source, "no segmentation")
+    return f"{section.get('rule', 'panopticapi')}, {segmentation}"
 
 
 def render(tables, fmt="markdown", decimals=1):

@@ -203,6 +203,7 @@ def valid_config(values, fields):
         type(get("wimr_tau", 0.5)) in (int, float) and 0 <= get("wimr_tau", 0.5) <= 1,
         all(type(get(key, True)) is bool for key in ("per_predicate", "audit", "pq")),
         get("pq_merge", "none") in ("none", "score-order", "first-wins"),
+        get("pq_rule", "panopticapi") in ("panopticapi", "openpsg"),
         get("pq", False) is not True or get("gt_seg") not in (None, ""),  # panoptic quality: mask mode only
         type(workers) is int and 1 <= workers <= 64,
         get("gt_cache") is None or type(get("gt_cache")) is bool  # (0 == False, but 0 is not a gt_cache value)

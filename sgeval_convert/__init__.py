@@ -7,6 +7,7 @@
     sgeval convert sgb --gt vg150.json --task predcls eval_results.pytorch out.zip  # Scene-Graph-Benchmark, PySGG
     sgeval convert openimages --gt oiv6.json eval_results.pytorch out.zip        # PySGG on Open Images V6 / V4
     sgeval convert ag --gt ag_test.json --task predcls --attention logits preds.pt out.zip  # STTran, TEMPURA, DSG-DETR
+    sgeval convert coco-panoptic --gt psg.json panoptic.json out.zip             # a segmentation model's PNGs
     sgeval convert vg150 --h5 ... --dicts ... --image-data ... --out vg150.json   # VG150 GT (SGB's files)
     sgeval convert gqa200 --info ... --train ... --test ... --out gqa200.json      # GQA-200 GT
     sgeval convert openimages-gt --anno-dir annotations/ --out oiv6.json         # Open Images GT (PySGG's files)

@@ -21,10 +21,11 @@ import sgeval
 from . import common, recipe
 
 # The families in the order --help lists them: prediction converters, then the dataset converters.
-FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "vg150", "gqa200", "openimages-gt", "ag-gt",
+FAMILIES = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "coco-panoptic", "vg150", "gqa200", "openimages-gt", "ag-gt",
             "zeroshot")
 # family -> (module of this package, its click command); the others are module <family>, command main
-COMMANDS = {"openimages-gt": ("openimages", "gt_main"), "ag-gt": ("ag", "gt_main")}
+COMMANDS = {"openimages-gt": ("openimages", "gt_main"), "ag-gt": ("ag", "gt_main"),
+            "coco-panoptic": ("coco_panoptic", "main")}
 
 
 def module_of(family):
@@ -78,7 +79,8 @@ RECIPE_OPTIONS = {"recipe_path": "--recipe", "raw": "--raw", "gt": "--gt", "pred
 @click.option("--quiet", is_flag=True, help="With --config: no progress bar.")
 @click.pass_context
 def main(ctx, config_path, recipe_path, raw, gt, pred, force, workers, quiet):
-    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb, openimages, ag),
+    """Convert a model's raw output to an sgeval prediction ZIP (openpsg, hilo, pairnet, sgb, openimages, ag,
+    coco-panoptic),
     or a dataset's files to sgeval's GT JSON or zero-shot list (vg150, gqa200, openimages-gt, ag-gt, zeroshot).
 
     With --config instead of a family: convert the raw output named by a config's conversion recipe,

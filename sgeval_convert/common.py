@@ -537,16 +537,20 @@ def _relation_rows(result, n_rows, n_predicates, where, options, notes):
 
 def validate(path, gt, mode="mask"):
     """Read a written prediction back with sgeval's reader, record by record: every evaluated image
-    has a record, and (mask mode) its TIFF has one page per instance at the GT image size."""
+    has a record, and (mask mode) its TIFF has one page per instance at the GT image size, and its
+    panoptic PNG, when it has one, the ids its segment list names."""
     problems, images = [], {image.image_id: image for image in gt.images}
     source, records = sgeval.prediction_records(path, len(gt.object_classes), len(gt.predicate_classes), mode,
                                                 problems)
     try:
         for record in records:
             image = images.pop(record.image_id, None)
-            if image is not None and len(record.categories) and mode == "mask":
+            if image is not None and mode == "mask":
                 try:
-                    sgeval.load_pred_masks(source, record, image.height, image.width)
+                    if len(record.categories):
+                        sgeval.load_pred_masks(source, record, image.height, image.width)
+                    if record.panoptic is not None:  # (openpsg: pan_results)
+                        sgeval.load_pred_panoptic(source, record, image.height, image.width)
                 except sgeval.SGEvalError as error:
                     problems.extend(error.problems)
     finally:
@@ -734,6 +738,8 @@ def describe(summary):
         lines.append(f"images whose prediction has another number of boxes than the GT: {summary['box_count_differs']}")
     if summary.get("resized"):
         lines.append(f"images whose boxes were resized to the GT image size: {summary['resized']}")
+    if summary.get("pan_results"):
+        lines.append(f"panoptic segmentations (pan_results) carried for panoptic quality: {summary['pan_results']}")
     if summary.get("self_pairs"):
         lines.append(f"self-pair rows (kept as written): {summary['self_pairs']}")
     if summary.get("pred_rel_rows"):

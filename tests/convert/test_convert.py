@@ -497,7 +497,8 @@ def test_image_arrays_are_the_rows_the_file_converter_writes(tmp_path, standins,
                                               len(truth.predicate_classes), "box")
     try:
         for (image_id, arrays), image in zip(updates, truth.images):
-            assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"}
+            assert set(arrays) == {"labels", "triplets", "ng_triplets", "masks", "boxes", "scores"} | (
+                {"panoptic"} if MODULES[family] is openpsg else set())  # openpsg: pan_results (test_convert_pq.py)
             assert_arrays_written(arrays, written[image_id], source, image)
     finally:
         source.close()
@@ -505,7 +506,9 @@ def test_image_arrays_are_the_rows_the_file_converter_writes(tmp_path, standins,
                                              len(truth.predicate_classes))  # the fields as a dict of numpy arrays
     live = updates[2][1]
     assert all(np.array_equal(from_dict[key], live[key]) if live[key] is not None else from_dict[key] is None
-               for key in live)
+               for key in live if key != "panoptic")
+    assert all(np.array_equal(mine, theirs) for mine, theirs in zip(from_dict.get("panoptic") or (),
+                                                                    live.get("panoptic") or ()))
     empty = [image_id for image_id, arrays in updates if not len(arrays["labels"])]
     assert empty == ([truth.images[0].image_id] if family in ("two-stage", "psgtr-panoptic", "hilo") else [])
 
@@ -848,8 +851,8 @@ def test_cli_converts_and_reports_bad_input(tmp_path, standins, gt_case):
     assert not (tmp_path / "out2.zip").exists()
 
 
-CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "vg150", "gqa200", "openimages-gt", "ag-gt",
-              "zeroshot")
+CONVERTERS = ("openpsg", "hilo", "pairnet", "sgb", "openimages", "ag", "coco-panoptic", "vg150", "gqa200",
+              "openimages-gt", "ag-gt", "zeroshot")
 CONVERTER_MODULES = sorted({cli.module_of(family)[0] for family in CONVERTERS})  # openimages-gt: openimages.gt_main
 
 
@@ -964,8 +967,8 @@ def test_conversion_recipe_can_be_named_and_is_checked(tmp_path, standins, gt_ca
     assert problem("raw: x.pkl\n") == [f"{named}: 'family' must be one of openpsg, hilo, pairnet, sgb, openimages, ag, not None"]
     assert problem("family: openpsg\n") == [f"{named}: 'raw' (the model's raw output) is required"]
     assert problem("family: openpsg\nraw: x.pkl\nlayuot: auto\nng: 5\n") == [
-        f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate"
-        for key in ("layuot", "ng")]
+        f"{named}: unknown key '{key}'; valid keys: family, raw, layout, predicate_source, ng_top, ng_per_predicate, "
+        f"pan_results" for key in ("layuot", "ng")]
     assert problem("[family, raw]\n") == [f"{named}: the conversion recipe must be a mapping of keys to values"]
     assert problem("family: [\n")[0].startswith(f"{named}: cannot read the conversion recipe: ")
     named.write_text(f"family: pairnet\nraw: {tmp_path / 'gone.pkl'}\n")

@@ -402,12 +402,14 @@ def test_results_with_panoptic_quality_are_read_and_a_broken_section_is_named(de
     assert report(demo["A"], demo["B"], "--tables", "all").exit_code == 0
     bad = results(demo["A"])
     bad["panoptic_quality"]["merge"] = 3
+    bad["panoptic_quality"]["source"] = ["panoptic"]
     bad["panoptic_quality"]["Things"] = {"PQ": "high"}
     bad["panoptic_quality"]["per_category"] = []
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     where = tmp_path / "bad.json"
     assert report(where).stderr.splitlines() == [
         f"error: {where}: panoptic_quality.merge: expected a name",
+        f"error: {where}: panoptic_quality.source: expected a name",
         f"error: {where}: panoptic_quality.Things: expected a mapping of names to finite numbers (within +-2**53) or null",
         f"error: {where}: panoptic_quality.per_category: expected a mapping"]
     bad["panoptic_quality"] = ["score-order"]
@@ -416,11 +418,16 @@ def test_results_with_panoptic_quality_are_read_and_a_broken_section_is_named(de
         f"error: {where}: panoptic_quality: expected a mapping or null"]
 
 
-def test_segmentation_table_names_each_runs_merge_rule_when_they_differ(demo, tmp_path):
+def test_segmentation_table_names_each_runs_rule_and_segmentation_when_they_differ(demo, tmp_path):
     other = results(demo["B"])
     other["panoptic_quality"]["merge"] = "first-wins"
     (tmp_path / "b.json").write_text(json.dumps(other))
     text = report(demo["A"], tmp_path / "b.json", "--tables", "segmentation").stdout
-    assert "merge rule: first-wins, score-order" in text
-    assert "The runs merged overlapping masks by different rules: Model A score-order, Model B first-wins." in text
-    assert "different rules" not in report(demo["A"], demo["B"], "--tables", "segmentation").stdout
+    assert "Panoptic quality (panopticapi, masks merged by first-wins; panopticapi, masks merged by score-order;" in text
+    assert ("The runs' segmentations or rules differ: Model A panopticapi, masks merged by score-order, Model B "
+            "panopticapi, masks merged by first-wins.") in text
+    assert "differ:" not in report(demo["A"], demo["B"], "--tables", "segmentation").stdout
+    other["panoptic_quality"].update(rule="openpsg", source="panoptic")
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    assert "Model B openpsg, the model's panoptic segmentation." in report(
+        demo["A"], tmp_path / "b.json", "--tables", "segmentation").stdout

@@ -89,7 +89,7 @@ def test_yaml_config_run_prints_the_table_and_writes_the_json(tmp_path):
         "zeroshot_triplets": None, "protocols": [], "imr_k": ["10", "20", "50"], "wimr_tau": 0.5,
         "aggregation": "per_image", "per_predicate": False, "audit": True, "task": "sgdet",
         "predicate_groups": None, "confusion_k": "50", "per_image": None, "model": None, "gt_cache": None,
-        "subsets": [], "pq": False, "pq_merge": "none"}
+        "subsets": [], "pq": False, "pq_merge": "none", "pq_rule": "panopticapi"}
     assert results["metrics"]["R@20"] == pytest.approx(1 / 3, abs=1e-15)
     assert results["metrics"]["InstR"] == 1.0
     assert results["images"] == {"evaluated": 1, "missing_predictions": 0, "skipped_no_relations": 0,
@@ -403,7 +403,7 @@ def test_load_config_maps_yaml_keys_onto_the_frozen_dataclass(tmp_path):
         "output": "out.json", "train_gt": None, "zeroshot_triplets": None, "protocols": (),
         "imr_k": ("10", "20", "50"), "wimr_tau": 0.5, "aggregation": "per_image", "per_predicate": False,
         "audit": True, "task": "sgdet", "predicate_groups": None, "confusion_k": "50", "per_image": None,
-        "model": None, "gt_cache": None, "subsets": (), "pq": False, "pq_merge": "none"}
+        "model": None, "gt_cache": None, "subsets": (), "pq": False, "pq_merge": "none", "pq_rule": "panopticapi"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.workers = 1
     assert sgeval.load_config(path, protocol=None, k=None, gt_seg=None, workers=None) == config
