@@ -426,7 +426,10 @@ def read_prepared(data, gt_cache, env):
 
 
 def gt_entries(folder):
-    return _cache_files(folder, (".gt",))
+    """The entries of a GT cache folder: the sum of its packs' counts (the 8 bytes before a pack's
+    last 8; sgeval.gt_pack_bytes)."""
+    packs = sorted(Path(folder).glob("*.gtp")) if Path(folder).is_dir() else []
+    return sum(int.from_bytes(path.read_bytes()[-16:-8], "little") for path in packs)
 
 
 def run_benchmark(workload, prepared, sgbench_python, runs, worker_counts, env, startup=None):
@@ -459,7 +462,7 @@ def run_benchmark(workload, prepared, sgbench_python, runs, worker_counts, env, 
         results["warm_up_wall_s"] = {tool: measure(commands(data, sgbench_python, 1, output, gt_cache=gt_cache)[tool],
                                                    env)["wall_s"] for tool in ("c", "b")}
         results["gt_cache"] = {"prepared_entries": gt_entries(gt_cache),
-                               "prepared_mib": sum(p.stat().st_size for p in gt_cache.glob("*.gt")) / 2**20}
+                               "prepared_mib": sum(p.stat().st_size for p in gt_cache.glob("*.gtp")) / 2**20}
         results["gt_read"] = read_prepared(data, gt_cache, env)
         if startup is None:
             startup = {**measure_startup(env), "measured_on": workload}
