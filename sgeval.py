@@ -1854,13 +1854,29 @@ def unsafe_member(name):
     return path.is_absolute() or ".." in path.parts or ":" in name
 
 
+def fast_json_decoder():
+    """msgspec's JSON decoder when installed, else None. Where it decodes a text, it gives what the
+    json module gives (integers of any size included); what it refuses (NaN, Infinity, lone
+    surrogates, numbers beyond the float range) the json module decodes instead."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+    return msgspec.json.Decoder().decode
+
+
 class JSONStream:
     """Reads one JSON document from a binary stream value by value: the json module's decoder runs
-    on a window of text, so memory holds one value and a chunk, not the document."""
+    on a window of text, so memory holds one value and a chunk, not the document. An object of a
+    list whose next item starts with the same first key (an image record, a psg.json entry) is
+    first cut at the '}' before that item and decoded by FAST (msgspec) when it is installed: a
+    JSON object ends at one place only, so a cut that decodes is that end."""
 
     CHUNK = 1 << 20
     MAX_VALUE = 1 << 26  # characters of one value (an image record, a psg.json entry)
     BLANK = re.compile(r"[ \t\n\r]*")
+    FIRST_KEY = re.compile(r'\{[ \t\n\r]*("[A-Za-z_]{1,32}")[ \t\n\r]*:')
+    FAST = fast_json_decoder()
 
     def __init__(self, stream):
         self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
@@ -1892,7 +1908,10 @@ class JSONStream:
         return character
 
     def value(self):
-        self.peek()
+        if self.peek() == "{" and self.FAST is not None:
+            fast = self._fast_object()
+            if fast is not None:
+                return fast
         while True:
             try:
                 value, end = self.decoder.raw_decode(self.text, self.pos)
@@ -1904,6 +1923,20 @@ class JSONStream:
                 if self.eof:
                     raise self._error(error.msg, error.pos) from None
             self._more()
+
+    def _fast_object(self):
+        """The object at pos, decoded by FAST when the next item of its list starts with its first
+        key (else, or when that cut does not decode, None)."""
+        first = self.FIRST_KEY.match(self.text, self.pos)
+        following = first and _next_item_pattern(first.group(1)).search(self.text, first.end())
+        if not following:
+            return None
+        try:
+            value = self.FAST(self.text[self.pos:following.start() + 1])
+        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+            return None
+        self.pos = following.start() + 1
+        return value
 
     def members(self):
         """(key, value) of the top-level object in order; a list value is an iterator over its
@@ -1934,6 +1967,12 @@ class JSONStream:
             yield self.value()
             if self.expect(",]", "',' or ']'") == "]":
                 return
+
+
+@functools.lru_cache(maxsize=64)
+def _next_item_pattern(key):
+    """A '}' followed by the start of a list's next object whose first key is key (JSON text)."""
+    return re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{[ \t\n\r]*" + re.escape(key) + r"[ \t\n\r]*:")
 
 
 # What reading a file or a ZIP member (a JSON document, an .npz) can raise on bad bytes: zipfile
