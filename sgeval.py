@@ -653,14 +653,15 @@ def _types(values):
 def rows_array(value, width):
     """A JSON list of rows of `width` integers -> (N, width) int64, else None. Booleans are not
     integers, and [[]] is not an empty list."""
-    if not isinstance(value, list) or not _types(value) <= {list} \
-            or not _types(itertools.chain.from_iterable(value)) <= {int}:
+    if not isinstance(value, list) or not _types(value) <= {list} or not set(map(len, value)) <= {width}:
+        return None
+    flat = list(itertools.chain.from_iterable(value))
+    if not _types(flat) <= {int}:
         return None
     try:
-        array = np.array(value, np.int64)
-    except (ValueError, OverflowError):  # ragged, or beyond int64
+        return np.fromiter(flat, np.int64, len(flat)).reshape(-1, width)
+    except OverflowError:  # beyond int64
         return None
-    return array.reshape(0, width) if not value else array if array.shape[1:] == (width,) else None
 
 
 def int_array(values):
