@@ -63,6 +63,7 @@ import codecs
 import collections
 import collections.abc
 import concurrent.futures
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -696,14 +697,15 @@ def _types(values):
 def rows_array(value, width):
     """A JSON list of rows of `width` integers -> (N, width) int64, else None. Booleans are not
     integers, and [[]] is not an empty list."""
-    if not isinstance(value, list) or not _types(value) <= {list} \
-            or not _types(itertools.chain.from_iterable(value)) <= {int}:
+    if not isinstance(value, list) or not _types(value) <= {list} or not set(map(len, value)) <= {width}:
+        return None
+    flat = list(itertools.chain.from_iterable(value))
+    if not _types(flat) <= {int}:
         return None
     try:
-        array = np.array(value, np.int64)
-    except (ValueError, OverflowError):  # ragged, or beyond int64
+        return np.fromiter(flat, np.int64, len(flat)).reshape(-1, width)
+    except OverflowError:  # beyond int64
         return None
-    return array.reshape(0, width) if not value else array if array.shape[1:] == (width,) else None
 
 
 def int_array(values):
@@ -1126,7 +1128,8 @@ class Evaluator:
             popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
         gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
         try:
-            for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers):
+            for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers,
+                                                            after_batch=flush_worker_gt_caches):
                 if found:
                     image_problems[slot] = found
                 else:
@@ -1137,6 +1140,8 @@ class Evaluator:
         finally:
             gc.unfreeze()
             source.close()
+            if gt_cache:
+                gt_cache.flush()
         problems += [problem for slot in sorted(image_problems) for problem in image_problems[slot]]
         if problems:
             raise SGEvalError(problems)
@@ -1170,6 +1175,8 @@ class Evaluator:
                 error.add_note(f"sgeval: evaluating image {self.gt.images[slot].image_id} failed; its update "
                                f"is not counted")
                 failure = failure or error
+        if not finished_only and self.gt_cache is not None:
+            self.gt_cache.flush()  # the GT images prepared meanwhile, into the folder
         if failure is not None and raise_problems:
             raise failure
         if problems and raise_problems:
@@ -1971,13 +1978,29 @@ def unsafe_member(name):
     return path.is_absolute() or ".." in path.parts or ":" in name
 
 
+def fast_json_decoder():
+    """msgspec's JSON decoder when installed, else None. Where it decodes a text, it gives what the
+    json module gives (integers of any size included); what it refuses (NaN, Infinity, lone
+    surrogates, numbers beyond the float range) the json module decodes instead."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+    return msgspec.json.Decoder().decode
+
+
 class JSONStream:
     """Reads one JSON document from a binary stream value by value: the json module's decoder runs
-    on a window of text, so memory holds one value and a chunk, not the document."""
+    on a window of text, so memory holds one value and a chunk, not the document. An object of a
+    list whose next item starts with the same first key (an image record, a psg.json entry) is
+    first cut at the '}' before that item and decoded by FAST (msgspec) when it is installed: a
+    JSON object ends at one place only, so a cut that decodes is that end."""
 
     CHUNK = 1 << 20
     MAX_VALUE = 1 << 26  # characters of one value (an image record, a psg.json entry)
     BLANK = re.compile(r"[ \t\n\r]*")
+    FIRST_KEY = re.compile(r'\{[ \t\n\r]*("[A-Za-z_]{1,32}")[ \t\n\r]*:')
+    FAST = fast_json_decoder()
 
     def __init__(self, stream):
         self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
@@ -2009,7 +2032,10 @@ class JSONStream:
         return character
 
     def value(self):
-        self.peek()
+        if self.peek() == "{" and self.FAST is not None:
+            fast = self._fast_object()
+            if fast is not None:
+                return fast
         while True:
             try:
                 value, end = self.decoder.raw_decode(self.text, self.pos)
@@ -2021,6 +2047,20 @@ class JSONStream:
                 if self.eof:
                     raise self._error(error.msg, error.pos) from None
             self._more()
+
+    def _fast_object(self):
+        """The object at pos, decoded by FAST when the next item of its list starts with its first
+        key (else, or when that cut does not decode, None)."""
+        first = self.FIRST_KEY.match(self.text, self.pos)
+        following = first and _next_item_pattern(first.group(1)).search(self.text, first.end())
+        if not following:
+            return None
+        try:
+            value = self.FAST(self.text[self.pos:following.start() + 1])
+        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+            return None
+        self.pos = following.start() + 1
+        return value
 
     def members(self):
         """(key, value) of the top-level object in order; a list value is an iterator over its
@@ -2051,6 +2091,12 @@ class JSONStream:
             yield self.value()
             if self.expect(",]", "',' or ']'") == "]":
                 return
+
+
+@functools.lru_cache(maxsize=64)
+def _next_item_pattern(key):
+    """A '}' followed by the start of a list's next object whose first key is key (JSON text)."""
+    return re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{[ \t\n\r]*" + re.escape(key) + r"[ \t\n\r]*:")
 
 
 # What reading a file or a ZIP member (a JSON document, an .npz) can raise on bad bytes: zipfile
@@ -2384,24 +2430,29 @@ def gt_cache_bytes(name, default_mib):
 
 class GTCache:
     """Prepared GT images: each image's packed segments (LZ4) and their mask_boxes, kept in memory
-    (up to memory_bytes) and in a folder (up to disk_bytes; the oldest entries go first), keyed by
+    (up to memory_bytes) and in a folder (up to disk_bytes; the oldest packs go first), keyed by
     the SHA-256 of GT_CACHE_FORMAT, the entry's id, size and segment ids, and the PNG's bytes. An
-    entry is ``<key>.gt``: its signature (HMAC-SHA-256 of its key and the rest, with the folder's
-    secret, GT_CACHE_KEY_FILE), the length of the LZ4 bits (8 bytes, little endian), the LZ4
-    bits, the boxes (int64). The secret is 32 random bytes in a file of the user that nobody else
-    can read or write (made again when it is not): whoever cannot read it cannot make an entry
-    that is used. One that does not check out (truncated, rewritten, another image's, another
-    layout, a special file) is ignored and written again. A performance feature only: the arrays
-    are those load_gt_masks and mask_boxes give."""
+    entry is its signature (HMAC-SHA-256 of its key and the rest, with the folder's secret,
+    GT_CACHE_KEY_FILE), then gt_cache_payload. The entries a process prepares are written together,
+    a few hundred at most, as one pack file ``<name>.gtp`` (gt_pack_bytes; flush): a temporary file
+    renamed, so readers never see half of one and concurrent runs each write their own. The secret
+    is 32 random bytes in a file of the user that nobody else can read or write (made again when it
+    is not): whoever cannot read it cannot make an entry that is used. One that does not check out
+    (truncated, rewritten, another image's, another layout, in a special file) is ignored and
+    written again. A performance feature only: the arrays are those load_gt_masks and mask_boxes
+    give."""
 
     def __init__(self, folder=None, memory_bytes=0, disk_bytes=None):
         if disk_bytes is None:
             disk_bytes = gt_cache_bytes("SGEVAL_GT_CACHE_MIB", GT_CACHE_DISK_MIB)
         self.folder, self.memory_bytes, self.disk_bytes = folder, memory_bytes, disk_bytes
         self.memory, self.memory_used, self.disk_used, self.secret = {}, 0, None, None
+        self.unscanned = 0  # bytes written since the folder's size was last summed (disk_used)
+        self.index = None  # key -> (pack path, offset, length) of the folder's entries, read at the first load
+        self.pending, self.lock = [], threading.Lock()  # [(key, payload)] stored, not yet written (flush)
 
     def __reduce__(self):  # to a worker process: the folder, not the memory
-        return GTCache, (self.folder, 0, self.disk_bytes)
+        return _worker_gt_cache, (self.folder, self.disk_bytes)
 
     @staticmethod
     def key(image, data):
@@ -2421,11 +2472,23 @@ class GTCache:
         return arrays
 
     def store(self, key, bits, boxes):
-        lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits))
-        payload = len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes, "<i8").tobytes()
+        """Keep an image's arrays (in memory now; in the folder at the next flush, which comes by
+        itself after GT_PACK_ENTRIES of them or GT_PACK_BYTES)."""
+        payload = gt_cache_payload(bits, boxes)
         self._remember(key, bytes(32) + payload)  # in memory: made here, not signed
         if self.folder is not None:
-            self._write(key, payload)
+            with self.lock:
+                self.pending.append((key, payload))
+                full = len(self.pending) >= GT_PACK_ENTRIES or sum(len(p) for _, p in self.pending) >= GT_PACK_BYTES
+            if full:
+                self.flush()
+
+    def flush(self):
+        """Write the entries stored since the last flush into the folder, as one pack file."""
+        with self.lock:
+            pending, self.pending = self.pending, []
+        if pending and self.folder is not None:
+            self._write(pending)
 
     def _remember(self, key, entry):
         if self.memory_used + len(entry) <= self.memory_bytes:
@@ -2441,41 +2504,128 @@ class GTCache:
 
     def _read(self, key, limit):
         """An entry of the folder whose signature checks out, or None."""
+        if self.index is None:
+            self.index = gt_cache_index(self.folder)
+        path, offset, length = self.index.get(key, (None, 0, 0))
         try:
-            with open_regular(os.path.join(self.folder, key + ".gt"), "a GT cache entry") as handle:
-                entry = handle.read(limit)
+            if path is None or length > limit:
+                return None
+            with open_regular(path, "a GT cache pack") as handle:
+                handle.seek(offset)
+                entry = handle.read(length)
             return entry if hmac.compare_digest(entry[:32], self._signature(key, entry[32:])) else None
-        except (OSError, ValueError):  # SGEvalError: not a regular file; ValueError: a NUL in the folder
+        except (OSError, ValueError):  # SGEvalError: not a regular file
             return None
 
-    def _write(self, key, payload):
-        """Write an entry (a temporary file renamed: readers never see half of one), then keep
-        the folder under disk_bytes. A folder that cannot be written is not used again."""
+    def _write(self, pending):
+        """Write entries as one pack (a temporary file of this process renamed), then keep the
+        folder under disk_bytes: its size is summed again once this object has written a
+        sixteenth of the bound since (other processes write too). A folder that cannot be written
+        is not used again."""
         try:
-            os.makedirs(self.folder, exist_ok=True)
-            entry = self._signature(key, payload) + payload
-            if self.disk_used is None:
-                self.disk_used = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(".gt"))
-            with tempfile.NamedTemporaryFile(dir=self.folder, suffix=".tmp", delete=False) as handle:
-                handle.write(entry)
-            os.replace(handle.name, os.path.join(self.folder, key + ".gt"))
-            self.disk_used += len(entry)
+            if self.disk_used is None or self.unscanned > self.disk_bytes // 16:
+                os.makedirs(self.folder, exist_ok=True)
+                self.disk_used, self.unscanned = self._folder_bytes(), 0
+            data = gt_pack_bytes([(key, self._signature(key, payload) + payload) for key, payload in pending])
+            descriptor, temporary = tempfile.mkstemp(suffix=".tmp", dir=self.folder)
+            with open(descriptor, "wb") as handle:
+                handle.write(data)
+            path = temporary[:-len(".tmp")] + GT_PACK_SUFFIX
+            os.replace(temporary, path)
+            if self.index is not None:
+                self.index.update(gt_pack_index(path))
+            self.disk_used, self.unscanned = self.disk_used + len(data), self.unscanned + len(data)
             if self.disk_used > self.disk_bytes:
                 self._evict()
         except (OSError, ValueError) as error:  # ValueError: a NUL in the folder's name
             log.warning("gt_cache %s: not used (%s)", self.folder, error)
             self.folder = None
 
+    def _folder_bytes(self):
+        return sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.endswith(GT_CACHE_FILES))
+
     def _evict(self):
-        """Remove the oldest entries until the folder holds at most 80 % of disk_bytes."""
-        entries = sorted((e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self.folder)
-                         if e.name.endswith(".gt"))
-        self.disk_used = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if self.disk_used <= 0.8 * self.disk_bytes:
-                break
-            os.remove(path)
-            self.disk_used -= size
+        """Remove the oldest packs until the folder holds at most 80 % of disk_bytes, and the
+        temporary files of writers stopped an hour or more before the newest file."""
+        files = sorted((e.stat().st_mtime, e.stat().st_size, e.path, e.name) for e in os.scandir(self.folder)
+                       if e.name.endswith(GT_CACHE_FILES + (".tmp",)))
+        self.disk_used = sum(size for _, size, _, name in files if not name.endswith(".tmp"))
+        self.unscanned = 0
+        for mtime, size, path, name in files:
+            if name.endswith(".tmp") and mtime < files[-1][0] - 3600:
+                os.remove(path)
+            elif not name.endswith(".tmp") and self.disk_used > 0.8 * self.disk_bytes:
+                os.remove(path)
+                self.disk_used -= size
+
+
+GT_PACK_SUFFIX = ".gtp"
+GT_CACHE_FILES = (GT_PACK_SUFFIX, ".gt")  # what a GT cache folder holds and evicts (.gt: format 2's entries)
+GT_PACK_MAGIC = b"sgevalGT"  # the last 8 bytes of a pack
+GT_PACK_ENTRIES = 256  # at most, in one pack
+GT_PACK_BYTES = 8 << 20  # payload bytes after which a GTCache writes its pack
+
+
+def gt_pack_bytes(entries):
+    """A pack file of [(key (hex), entry)]: the entries one after the other, then per entry its key
+    (32 bytes), offset and length (8 bytes each, little endian), then their number (8 bytes) and
+    GT_PACK_MAGIC."""
+    offsets = np.cumsum([0] + [len(entry) for _, entry in entries])
+    table = b"".join(bytes.fromhex(key) + int(offset).to_bytes(8, "little") + len(entry).to_bytes(8, "little")
+                     for (key, entry), offset in zip(entries, offsets))
+    return b"".join(entry for _, entry in entries) + table + len(entries).to_bytes(8, "little") + GT_PACK_MAGIC
+
+
+def gt_cache_index(folder):
+    """{key: (pack path, offset, length)} of the entries in a GT cache folder's packs (a key in
+    several packs: the newest one's); empty when the folder cannot be read."""
+    index = {}
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a NUL in the folder's name
+        for _, path in sorted((e.stat().st_mtime_ns, e.path) for e in os.scandir(folder)
+                              if e.name.endswith(GT_PACK_SUFFIX)):
+            index.update(gt_pack_index(path))
+    return index
+
+
+def gt_pack_index(path):
+    """{key: (path, offset, length)} of the entries of a pack file (of those within its data);
+    empty when it is not a pack or cannot be read."""
+    try:
+        with open_regular(path, "a GT cache pack") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(size - 16, 0))
+            tail = handle.read(16)
+            count = int.from_bytes(tail[:8], "little")
+            if size < 16 or tail[8:] != GT_PACK_MAGIC or count * 48 > size - 16:
+                return {}
+            end = size - 16 - count * 48
+            handle.seek(end)
+            table = handle.read(count * 48)
+    except (OSError, ValueError):  # SGEvalError: not a regular file
+        return {}
+    index = {}
+    for row in range(count if len(table) == count * 48 else 0):
+        key, offset, length = table[row * 48: row * 48 + 32], table[row * 48 + 32: row * 48 + 40], \
+            table[row * 48 + 40: row * 48 + 48]
+        offset, length = int.from_bytes(offset, "little"), int.from_bytes(length, "little")
+        if offset + length <= end:
+            index[key.hex()] = (path, offset, length)
+    return index
+
+
+_WORKER_GT_CACHES = {}
+
+
+def _worker_gt_cache(folder, disk_bytes):
+    """A worker process's GTCache of a folder: one per process, made when the first task names it."""
+    return _WORKER_GT_CACHES.get((folder, disk_bytes)) or _WORKER_GT_CACHES.setdefault(
+        (folder, disk_bytes), GTCache(folder, 0, disk_bytes))
+
+
+def flush_worker_gt_caches():
+    """Write what this process's GT caches hold for their folders (after a batch of images)."""
+    for cache in _WORKER_GT_CACHES.values():
+        cache.flush()
 
 
 def _own_secret(path):
@@ -2509,6 +2659,13 @@ def _make_secret(path):
     if secret is None:
         raise OSError(f"cannot make its key file {path}")
     return secret
+
+
+def gt_cache_payload(bits_GW, boxes_G5):
+    """A GTCache entry without its signature: the length of the LZ4 bits (8 bytes, little endian),
+    the LZ4 bits, the boxes (int64)."""
+    lz4 = imagecodecs.lz4_encode(np.ascontiguousarray(bits_GW))
+    return len(lz4).to_bytes(8, "little") + lz4 + np.asarray(boxes_G5, "<i8").tobytes()
 
 
 def _prepared_arrays(entry, n_segments, n_words):
@@ -4931,10 +5088,11 @@ class Counted(typing.NamedTuple):
     measures: dict = {}  # {measure: CountStore} (Settings.measures)
 
 
-def map_in_order(function, items, workers, batch=16):
+def map_in_order(function, items, workers, batch=16, after_batch=None):
     """function (a module-level function) over items as they come; yields the results in item
     order. With workers > 1 a pool of processes (forked where the platform can) maps batches of
-    items, at most two batches per worker ahead of the caller (bounded memory)."""
+    items, at most two batches per worker ahead of the caller (bounded memory), and calls
+    after_batch (a module-level function, or None) in the worker after each batch."""
     if workers <= 1:
         yield from map(function, items)
         return
@@ -4945,15 +5103,18 @@ def map_in_order(function, items, workers, batch=16):
         while True:
             chunk = list(itertools.islice(items, batch))
             if chunk:
-                pending.append(pool.apply_async(_map_batch, (function, chunk)))
+                pending.append(pool.apply_async(_map_batch, (function, chunk, after_batch)))
             while pending and (not chunk or len(pending) > 2 * workers or pending[0].ready()):
                 yield from pending.popleft().get()
             if not chunk:
                 return
 
 
-def _map_batch(function, items):
-    return [function(item) for item in items]
+def _map_batch(function, items, after_batch=None):
+    results = [function(item) for item in items]
+    if after_batch is not None:
+        after_batch()
+    return results
 
 
 def _evaluate_slot(item):
@@ -5844,10 +6005,12 @@ Prepared ground truth
 ---------------------
 In mask mode each GT image's segments, packed, and their ``mask_boxes`` are kept (``GTCache``):
 LZ4-compressed in a folder (``gt_cache``; default the user cache folder, ``default_gt_cache``;
-bounded by SGEVAL_GT_CACHE_MIB, the oldest entries go first) and, in an Evaluator, in memory
-(SGEVAL_GT_MEMORY_MIB). An entry's name is the SHA-256 of the layout's version, the image's
-``image_id``, size and segment ids and the PNG's bytes; its content carries its own SHA-256, so a
-truncated or tampered entry is ignored and prepared again. ``gt_cache: false`` decodes every PNG.
+pack files of up to GT_PACK_ENTRIES entries, one per batch of images a process prepared; bounded
+by SGEVAL_GT_CACHE_MIB, the oldest packs go first) and, in an Evaluator, in memory
+(SGEVAL_GT_MEMORY_MIB). An entry's key is the SHA-256 of the layout's version, the image's
+``image_id``, size and segment ids and the PNG's bytes; its content carries its signature (HMAC
+of key and content with the folder's ``sgeval.key``), so a truncated, tampered or foreign entry is
+ignored and prepared again. ``gt_cache: false`` decodes every PNG.
 The results are the same bits either way.
 
 Glossary of dimensions: I images, G GT instances, P predicted instances, N merged nodes or any

@@ -372,3 +372,21 @@ def assert_same_results(live, from_file):
     rest = set(from_file) - {"config", "images"}
     assert set(live) - {"config", "images"} == rest
     assert {key: live[key] for key in rest} == {key: from_file[key] for key in rest}
+
+
+def cache_entry(folder, key):
+    """The bytes of a GT cache entry (from the newest pack of folder that holds key)."""
+    path, offset, length = sgeval.gt_cache_index(str(folder))[key]
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)
+
+
+def rewrite_cache_entry(folder, key, entry):
+    """Rewrite the pack of folder that holds key with entry (any bytes) in its place."""
+    path = sgeval.gt_cache_index(str(folder))[key][0]
+    index = sgeval.gt_pack_index(path)
+    data = open(path, "rb").read()
+    entries = [(k, entry if k == key else data[offset:offset + length]) for k, (_, offset, length) in index.items()]
+    with open(path, "wb") as handle:
+        handle.write(sgeval.gt_pack_bytes(entries))

@@ -13,7 +13,7 @@ import os
 import imagecodecs
 import numpy as np
 import pytest
-from conftest import perfect_case
+from conftest import cache_entry, perfect_case, rewrite_cache_entry
 
 import sgeval
 
@@ -24,15 +24,14 @@ def _metrics(values, cache):
 
 @pytest.fixture
 def warm(tmp_path):
-    """(values, the cache folder after one run, {image id: entry path}, the expected metrics)."""
+    """(values, the cache folder after one run, {image id: entry key}, the expected metrics)."""
     values = perfect_case(tmp_path)
     folder = tmp_path / "cache"
     expected = _metrics(values, False)
     assert _metrics(values, str(folder)) == expected
     gt = sgeval.read_gt(values["gt"], values["gt_seg"])
-    entries = {image.image_id: folder / (sgeval.GTCache.key(image, open(image.seg_path, "rb").read()) + ".gt")
-               for image in gt.images}
-    assert all(path.exists() for path in entries.values())
+    entries = {image.image_id: sgeval.GTCache.key(image, open(image.seg_path, "rb").read()) for image in gt.images}
+    assert set(entries.values()) <= set(sgeval.gt_cache_index(str(folder)))
     return values, folder, entries, expected
 
 
@@ -57,31 +56,30 @@ SIGNERS = {
 @pytest.mark.parametrize("signer", SIGNERS)
 def test_an_entry_with_swapped_segments_is_not_used(warm, signer):
     values, folder, entries, expected = warm
-    path = entries["101"]
-    original = path.read_bytes()
+    key = entries["101"]
+    original = cache_entry(folder, key)
     payload = _swapped(original)
-    path.write_bytes(SIGNERS[signer](path.stem, payload) + payload)
+    rewrite_cache_entry(folder, key, SIGNERS[signer](key, payload) + payload)
     assert _metrics(values, str(folder)) == expected
-    assert path.read_bytes() == original  # prepared again, signed again
+    assert cache_entry(folder, key) == original  # prepared again, signed again
 
 
 def test_another_images_entry_under_this_name_is_not_used(warm):
     """Both are signed with the folder's secret, each for its own key."""
     values, folder, entries, expected = warm
-    entries["101"].write_bytes(entries["102"].read_bytes())
+    rewrite_cache_entry(folder, entries["101"], cache_entry(folder, entries["102"]))
     assert _metrics(values, str(folder)) == expected
 
 
 def test_an_entry_of_another_folder_is_not_used(warm, tmp_path):
     """The same image prepared in another folder: signed with that folder's secret."""
     values, folder, entries, expected = warm
-    other = tmp_path / "other"
+    other, key = tmp_path / "other", entries["101"]
     _metrics(values, str(other))
-    assert (other / entries["101"].name).read_bytes() != entries["101"].read_bytes()
-    payload = _swapped((other / entries["101"].name).read_bytes())
+    assert cache_entry(other, key) != cache_entry(folder, key)
+    payload = _swapped(cache_entry(other, key))
     secret = (other / sgeval.GT_CACHE_KEY_FILE).read_bytes()
-    entries["101"].write_bytes(hmac.new(secret, entries["101"].stem.encode() + payload, hashlib.sha256).digest()
-                               + payload)
+    rewrite_cache_entry(folder, key, hmac.new(secret, key.encode() + payload, hashlib.sha256).digest() + payload)
     assert _metrics(values, str(folder)) == expected
 
 
@@ -100,9 +98,9 @@ def test_a_key_file_that_is_not_private_is_replaced(warm, change):
     else:
         key_file.write_bytes({"readable by others": forged, "another size": forged + b"!", "empty": b""}[change])
         key_file.chmod(0o644 if change == "readable by others" else 0o600)
-    path = entries["101"]
-    payload = _swapped(path.read_bytes())
-    path.write_bytes(hmac.new(forged, path.stem.encode() + payload, hashlib.sha256).digest() + payload)
+    key = entries["101"]
+    payload = _swapped(cache_entry(folder, key))
+    rewrite_cache_entry(folder, key, hmac.new(forged, key.encode() + payload, hashlib.sha256).digest() + payload)
     if change == "a directory":  # cannot be replaced by a file: the folder is not used
         assert _metrics(values, str(folder)) == expected
         return
@@ -114,16 +112,16 @@ def test_a_key_file_that_is_not_private_is_replaced(warm, change):
 def test_a_warm_cache_is_read_not_written(warm):
     """Entries signed with the folder's secret are used by another run (another GTCache)."""
     values, folder, entries, expected = warm
-    times = {path: path.stat().st_mtime_ns for path in entries.values()}
+    times = {path: path.stat().st_mtime_ns for path in folder.iterdir()}
     assert _metrics(values, str(folder)) == expected
-    assert {path: path.stat().st_mtime_ns for path in entries.values()} == times
+    assert {path: path.stat().st_mtime_ns for path in folder.iterdir()} == times
 
 
 def test_what_it_assumes_whoever_reads_the_secret_can_forge(warm):
     """The limit of the protection, as documented: an entry signed with the folder's own secret
     (readable by this user only) is trusted -- here the swap changes the results."""
     values, folder, entries, expected = warm
-    path, secret = entries["101"], (folder / sgeval.GT_CACHE_KEY_FILE).read_bytes()
-    payload = _swapped(path.read_bytes())
-    path.write_bytes(hmac.new(secret, path.stem.encode() + payload, hashlib.sha256).digest() + payload)
+    key, secret = entries["101"], (folder / sgeval.GT_CACHE_KEY_FILE).read_bytes()
+    payload = _swapped(cache_entry(folder, key))
+    rewrite_cache_entry(folder, key, hmac.new(secret, key.encode() + payload, hashlib.sha256).digest() + payload)
     assert _metrics(values, str(folder)) != expected

@@ -178,6 +178,7 @@ def test_every_run_measures_every_command_once_pairs_adjacent():
         for tool, floor in run.LAYOUTS.values():
             assert abs(order.index(tool) - order.index(floor)) == 1
             assert abs(order.index(f"{tool} cold") - order.index(floor)) == 1
+            assert abs(order.index(f"{tool} cold") - order.index(f"{tool} nocache")) == 1
         assert order[-1] == "a"
     assert odd.index("b") < odd.index("d") and even.index("d") < even.index("b")
 
@@ -196,6 +197,9 @@ def test_run_finds_the_workloads_where_they_are_written(tmp_path):
     assert blob["(a)/(b)"](6) and not blob["(a)/(b)"](5.9) and blob["(a)/(c)"](12) and not blob["(a)/(c)"](11.9)
     assert blob["(a)/(b cold)"](5) and not blob["(a)/(b cold)"](4.9) and blob["(a)/(c cold)"](9)
     assert run.ratios("default")[1][3] is None  # (a)/(b cold): no target on the earlier workloads
+    first_run = {f"({x})/({y})": test for x, y, _, test in run.ratios("default") if y.endswith("nocache")}
+    assert set(first_run) == {"(b cold)/(b nocache)", "(c cold)/(c nocache)", "(g cold)/(g nocache)"}
+    assert first_run["(c cold)/(c nocache)"](1.05) and not first_run["(c cold)/(c nocache)"](1.06)
     assert run.results_path("default", 2177).name == "2177.json"
     assert run.results_path("overlap", 2177).name == "overlap-2177.json"
     assert run.results_path("blob", 2177).name == "blob-2177.json"
@@ -206,6 +210,9 @@ def test_run_finds_the_workloads_where_they_are_written(tmp_path):
     assert "--no-audit" in commands["f"] and "--no-audit" not in commands["c"]
     for tool in run.SGEVAL_TOOLS:
         command = commands[tool]
+        if tool.endswith("nocache"):
+            assert "--no-gt-cache" in command and "--gt-cache" not in command
+            continue
         assert command[command.index("--gt-cache") + 1] == (cold if tool.endswith("cold") else prepared)
     outputs = [commands[tool][commands[tool].index("--output") + 1] for tool in run.SGEVAL_TOOLS]
     assert len(set(outputs)) == len(outputs) and all(" " not in path.name for path in outputs)

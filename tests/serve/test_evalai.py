@@ -310,7 +310,7 @@ def test_bundle_pins_sgeval_dependencies(challenge):
         assert sorted(archive.namelist()) == ["__init__.py", "main.py", "requirements.txt", "sgeval.py"]
         pins = archive.read("requirements.txt").decode().split()
     assert [pin.split("==")[0] for pin in pins] == ["numba", "numpy", "tifffile", "imagecodecs", "pillow", "click",
-                                                     "pyyaml"]
+                                                     "pyyaml", "msgspec"]
     assert set(pins) <= set((ROOT / "requirements.txt").read_text().split())
 
 
