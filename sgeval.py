@@ -3171,6 +3171,19 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
 
 
 @_kernel
+def span_pixel_counts(bits_NW, box_N5, width):
+    """(N,) int64 pixels of each packed mask, counted over the words of its box's rows (box_N5:
+    mask_boxes of masks holding at least these pixels)."""
+    counts = np.zeros(bits_NW.shape[0], np.int64)
+    for n in range(bits_NW.shape[0]):
+        if box_N5[n, 0] > 0:
+            stop = min(((box_N5[n, 2] + 1) * width + 63) >> 6, bits_NW.shape[1])
+            for w in range((box_N5[n, 1] * width) >> 6, stop):
+                counts[n] += popcount64(bits_NW[n, w])
+    return counts
+
+
+@_kernel
 def box_iou(gt_box_G4, gt_cat_G, pred_box_P4, pred_cat_P):
     """IoU (P, G) of xyxy boxes (continuous, no +1); -1.0 where categories differ."""
     iou = np.empty((pred_box_P4.shape[0], gt_box_G4.shape[0]))
@@ -4270,23 +4283,27 @@ class ScoreOrder(MergeRule):
             raise SGEvalError([f"{where}: pq_merge {self.name} walks the masks by score: field 'score' is required "
                                f"for every instance"])
         order = np.argsort(pred.scores, kind="stable")[::-1].astype(np.int64)  # ties: the later first
-        node_bits = np.empty_like(bits)
-        twins = np.full((len(bits), len(bits)), -1, np.int8)
-        _, source = merge_instances(twins, bits, boxes, width, order, True, node_bits)
-        node_bits = node_bits[:len(source)]
-        return node_bits, mask_boxes(node_bits, width), pred.categories[source]
+        return claimed_segments(pred, bits, boxes, width, order, np.full((len(bits), len(bits)), -1, np.int8))
 
 
 class FirstWins(MergeRule):
     name = "first-wins"
     summary = "fair-psgg's psgtr merge (an argmax over the masks): each pixel to the first mask holding it"
 
-    def segments(self, pred, bits, boxes, width, where):
-        claimed, node_bits = np.zeros(bits.shape[1], np.uint64), np.empty_like(bits)
-        for i, row in enumerate(bits):
-            node_bits[i] = row & ~claimed
-            claimed |= row
-        return node_bits, mask_boxes(node_bits, width), pred.categories
+    def segments(self, pred, bits, boxes, width, where):  # the merge walk in order, absorbing nothing
+        return claimed_segments(pred, bits, boxes, width, np.arange(len(bits)), np.zeros((len(bits), len(bits)),
+                                                                                          np.int8))
+
+
+def claimed_segments(pred, bits, boxes, width, order, twins):
+    """The segments of a merge walk (merge_instances in order, twins as it takes them): the pixels
+    each node claimed, boxes (its mask's box, which holds them, with their exact pixel count) and
+    the categories of the masks that made them."""
+    node_bits = np.empty_like(bits)
+    _, source = merge_instances(twins, bits, boxes, width, order, True, node_bits)
+    node_bits, node_boxes = node_bits[:len(source)], boxes[source]
+    node_boxes[:, 0] = span_pixel_counts(node_bits, node_boxes, width)
+    return node_bits, node_boxes, pred.categories[source]
 
 
 MERGE_RULES = {rule.name: rule for rule in (NoMerge(), ScoreOrder(), FirstWins())}
@@ -4379,8 +4396,9 @@ class PanopticQuality:
         gt, masks = compared.gt, compared.masks
         bits, boxes, categories, source = self.segments(compared)
         keep = boxes[:, 0] > 0  # a segment without pixels is no segment
-        counts = pq_counts(gt, masks.gt_bits, masks.gt_boxes, masks.gt_void, bits[keep], boxes[keep],
-                           categories[keep], compared.where)
+        if not keep.all():  # (a merge rule's segments all have pixels: no copy of them)
+            bits, boxes, categories = bits[keep], boxes[keep], categories[keep]
+        counts = pq_counts(gt, masks.gt_bits, masks.gt_boxes, masks.gt_void, bits, boxes, categories, compared.where)
         return {**counts, "pq_source": np.int64(PQ_SOURCES.index(source))}
 
     @staticmethod
