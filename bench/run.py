@@ -80,13 +80,15 @@ TOOLS = {
     "e": "library floor, compact.zip",
     "h": "library floor, pages.zip",
     "f": "sgeval --no-audit, compact.zip",
+    "p": "sgeval --pq (score-order), compact.zip",
 }
-SGEVAL_TOOLS = ("b", "b cold", "b nocache", "c", "c cold", "c nocache", "g", "g cold", "g nocache", "f")
+SGEVAL_TOOLS = ("b", "b cold", "b nocache", "c", "c cold", "c nocache", "g", "g cold", "g nocache", "f", "p")
 # Targets at 2,177 images and W = 2; (a)/(x): sgeval's speed-up over SGBench, the GT prepared or cold.
 SPEEDUP_TARGETS = {"default": {"b": 8.0, "c": 12.0}, "overlap": {"b": 6.0, "c": 10.0},
                    "blob": {"b": 6.0, "c": 12.0, "b cold": 5.0, "c cold": 9.0}}
 FLOOR_TARGET = 1.3  # sgeval / the library floor on every layout, the GT prepared (issue 30)
 FIRST_RUN_TARGET = 1.05  # the first run (GT cold) / the run without a GT cache, every layout (issue 39)
+PQ_COST_TARGET = 1.15  # a mask-mode run with panoptic quality / the same run without (issue 37)
 JIT_TARGET_S, HELP_TARGET_S, MAIN_RSS_TARGET_MIB = 3.0, 0.5, 300.0
 FLAT_TOLERANCE = 0.10  # "flat from 200 to 2,177 images": main-process peak grows by at most 10 %
 TARGET_W = 2
@@ -108,6 +110,8 @@ def ratios(workload):
                       f"no GT cache)", lambda v: v <= FIRST_RUN_TARGET))
     return found + [("c", "b", f"< 1 at W={TARGET_W} (compact faster end to end)", lambda v: v < 1.0),
                     ("f", "e", "(no target: without the audit)", None),
+                    ("p", "c", f"<= {PQ_COST_TARGET:g} at W={TARGET_W} (panoptic quality's cost)",
+                     lambda v: v <= PQ_COST_TARGET),
                     ("a", "f", "(no target)", None)]
 
 
@@ -322,6 +326,7 @@ def commands(data, sgbench_python, workers, output, codecs=None, gt_cache=None, 
         found[f"{tool} nocache"] = sgeval(f"{tool} nocache", layout)
         found[floor_tool] = floor + ["--pred", data / layout, *codec(layout)]
     found["f"] = sgeval("f", "compact.zip", "--no-audit")
+    found["p"] = sgeval("p", "compact.zip", "--pq", "--pq-merge", "score-order")
     return found
 
 
@@ -331,7 +336,7 @@ def run_order(run):
     ...), each group reversed every other run so that a drift of the machine's speed biases neither
     side of a ratio; SGBench, by far the longest, last."""
     triples = [(tool, floor, f"{tool} cold", f"{tool} nocache") for tool, floor in LAYOUTS.values()]
-    return [tool for triple in triples for tool in (triple if run % 2 else triple[::-1])] + ["f", "a"]
+    return [tool for triple in triples for tool in (triple if run % 2 else triple[::-1])] + ["f", "p", "a"]
 
 
 def parse_sgbench(stdout):
@@ -552,8 +557,16 @@ def checks(outputs, worker_counts):
     reference = outputs.get((worker_counts[0], "b"))
     for (workers, tool), result in sorted(outputs.items()):
         if tool in SGEVAL_TOOLS and reference is not None and (workers, tool) != (worker_counts[0], "b"):
-            found[f"W={workers} ({tool}) == W={worker_counts[0]} (b)"] = result["metrics"] == reference["metrics"]
+            found[f"W={workers} ({tool}) == W={worker_counts[0]} (b)"] = _without_pq(result) == _without_pq(reference)
     return found
+
+
+PQ_KEYS = ("PQ", "SQ", "RQ", "PQ_th", "SQ_th", "RQ_th", "PQ_st", "SQ_st", "RQ_st")  # sgeval.PQ_KEYS (stdlib only here)
+
+
+def _without_pq(result):
+    """A run's metrics without panoptic quality's keys (row p adds them)."""
+    return {key: value for key, value in result["metrics"].items() if key not in PQ_KEYS}
 
 
 # ----------------------------------------------------------------------------- report

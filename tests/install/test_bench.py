@@ -416,3 +416,8 @@ def test_the_loop_benchmark_profiles_update_and_leaves_sgeval_as_it_was(workload
 def test_make_bench_runs_the_loop_benchmark_on_the_overlap_workload(tmp_path):
     assert run.loop_workload(["default", "overlap"]) == "overlap" and run.loop_workload(["default"]) == "default"
     assert run.loop_command(tmp_path, 3)[1:] == ["-m", "bench.loop", "--data", str(tmp_path), "--runs", "3"]
+
+
+def test_the_benchmark_knows_sgevals_pq_keys():
+    """bench/run.py imports only the standard library, so it spells sgeval.PQ_KEYS out."""
+    assert run.PQ_KEYS == sgeval.PQ_KEYS
