@@ -1444,16 +1444,39 @@ def pack_record(result, image, settings):
     (their length, then the values), the audit counts (when on) and the CHECK_FIELDS counts."""
     columns = np.unique(image.relations[:, 2])
     parts = [[len(columns)], columns]
-    for unit in run_units(settings):
-        counts, fields = result.counts[unit.name], unit.fields
-        for field in (field for field in fields if not field.ragged):
-            value = np.asarray(counts[field.name], np.int64)
-            parts.append(value[..., columns] if field.per_predicate else value)
-        for field in (field for field in fields if field.ragged):
+    for part in record_layout(settings):
+        counts = result.counts[part.unit]
+        for name, _, per_predicate in part.fixed:
+            value = np.asarray(counts[name], np.int64)
+            parts.append(value[..., columns] if per_predicate else value)
+        for field in part.ragged:
             value = counts.get(field.name, np.zeros((field.dims[0], 0), np.int64))
             parts += [[value.shape[1]], value]
     parts += ([result.audit] if settings.audit else []) + [result.check]
     return _smallest(np.concatenate([np.asarray(part, np.int64).ravel() for part in parts]))
+
+
+class RecordPart(typing.NamedTuple):
+    """One unit's part of an image's record: its fixed-size count fields (name, shape,
+    per-predicate) and its ragged CountFields, in declared order."""
+
+    unit: str
+    fixed: tuple
+    ragged: tuple
+
+
+def record_layout(settings):
+    """The RecordParts of a record under settings, in record order (run_units)."""
+    return _record_layout(settings.protocols, settings.measures, tuple(dimensions(settings).items()))
+
+
+@functools.lru_cache(maxsize=64)
+def _record_layout(protocols, measures, sizes):
+    units = [PROTOCOLS[name] for name in protocols] + [MEASURES[name] for name in measures]
+    sizes = dict(sizes)
+    return tuple(RecordPart(unit.name, tuple((field.name, tuple(sizes.get(dim, dim) for dim in field.dims),
+                                              field.per_predicate) for field in unit.fields if not field.ragged),
+                            tuple(field for field in unit.fields if field.ragged)) for unit in units)
 
 
 def _smallest(values):
@@ -1481,13 +1504,11 @@ def unpack_record(values, settings):
         at += size
         return values[at - size:at].reshape(shape)
 
-    for unit in run_units(settings):
-        name = unit.name
-        fields, blocks[name] = unit.fields, {}
-        for field in (field for field in fields if not field.ragged):
-            shape = field.shape(settings)
-            blocks[name][field.name] = take(shape[:-1] + (n_columns,) if field.per_predicate else shape)
-        for field in (field for field in fields if field.ragged):
+    for part in record_layout(settings):
+        name, blocks[part.unit] = part.unit, {}
+        for field, shape, per_predicate in part.fixed:
+            blocks[name][field] = take(shape[:-1] + (n_columns,) if per_predicate else shape)
+        for field in part.ragged:
             blocks[name][field.name] = array = take((field.dims[0], int(take((1,))[0])))
             bounds = field.bounds(settings)
             if array.size and any(bound is not None and (row.min() < 0 or row.max() >= bound)
