@@ -390,3 +390,24 @@ def rewrite_cache_entry(folder, key, entry):
     entries = [(k, entry if k == key else data[offset:offset + length]) for k, (_, offset, length) in index.items()]
     with open(path, "wb") as handle:
         handle.write(sgeval.gt_pack_bytes(entries))
+
+
+# ---------------------------------------------------------------------------------------------
+# Panoptic quality: the oracle fixtures of tools/pq_check (tests/data/pq/*.zip)
+# ---------------------------------------------------------------------------------------------
+
+PQ_FIXTURES = ("pq-0", "pq-1")
+
+
+def pq_fixture(name, tmp_path_factory):
+    """(folder, numbers): the PQ fixture name unpacked into a new folder, and its tools' numbers."""
+    folder = tmp_path_factory.mktemp(name)
+    with zipfile.ZipFile(ROOT / "tests" / "data" / "pq" / f"{name}.zip") as archive:
+        archive.extractall(folder)
+    return folder, json.loads((folder / "numbers.json").read_text())
+
+
+def pq_config(folder, rule="panopticapi", **more):
+    """An evaluation of a PQ fixture's GT with panoptic quality under rule (no GT cache, k 20)."""
+    return {"gt": str(folder / "psg.json"), "gt_seg": str(folder / "panoptic"), "pq": True, "pq_rule": rule,
+            "gt_cache": False, "k": "20", **more}

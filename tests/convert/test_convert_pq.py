@@ -12,29 +12,21 @@
 import json
 import pickle
 import shutil
-import zipfile
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, sgeval
+from conftest import PQ_FIXTURES, pq_config, pq_fixture, sgeval
 from sgeval_convert import openpsg
 
-DATA = ROOT / "tests" / "data" / "pq"
 TOLERANCE = 1e-9
 
 
-@pytest.fixture(scope="module", params=["pq-0", "pq-1"])
+@pytest.fixture(scope="module", params=PQ_FIXTURES)
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    return folder, json.loads((folder / "numbers.json").read_text())
+    return pq_fixture(request.param, tmp_path_factory)
 
 
-def config(folder, rule="panopticapi", **more):
-    return {"gt": str(folder / "psg.json"), "gt_seg": str(folder / "panoptic"), "pq": True, "pq_rule": rule,
-            "gt_cache": False, "k": "20", **more}
 
 
 def raw_results(folder, gt):
@@ -74,10 +66,10 @@ def test_openpsg_pan_results_give_panopticapis_and_openpsgs_numbers(case, tmp_pa
     summary = openpsg.convert(str(raw), str(tmp_path / "pred.zip"), gt=str(folder / "psg.json"))
     assert summary["pan_results"] == len(gt.images)
     for rule, tool in (("panopticapi", "panopticapi"), ("openpsg", "openpsg")):
-        from_file = sgeval.evaluate(config(folder, rule, pred=str(tmp_path / "pred.zip")))
+        from_file = sgeval.evaluate(pq_config(folder, rule, pred=str(tmp_path / "pred.zip")))
         assert from_file["panoptic_quality"]["source"] == "panoptic"
         assert_tool(from_file, numbers[tool])
-        evaluator = sgeval.Evaluator(config(folder, rule))
+        evaluator = sgeval.Evaluator(pq_config(folder, rule))
         n_objects, n_predicates = len(gt.object_classes), len(gt.predicate_classes)
         for result, image in zip(raw_results(folder, gt), gt.images):
             evaluator.update(image.image_id, **openpsg.image_arrays(result, image, n_objects, n_predicates))
@@ -95,7 +87,7 @@ def test_without_pan_results_pq_scores_the_masks_by_the_merge_rule(case, tmp_pat
     raw.write_bytes(pickle.dumps(list(raw_results(folder, gt))))
     summary = openpsg.convert(str(raw), str(tmp_path / "pred.zip"), gt=str(folder / "psg.json"), pan_results=False)
     assert summary.get("pan_results", 0) == 0
-    results = sgeval.evaluate(config(folder, pred=str(tmp_path / "pred.zip"), pq_merge="first-wins"))
+    results = sgeval.evaluate(pq_config(folder, pred=str(tmp_path / "pred.zip"), pq_merge="first-wins"))
     assert results["panoptic_quality"]["source"] == "masks"
     assert_tool(results, numbers["merge_psgtr"])
 
@@ -141,7 +133,7 @@ def test_coco_panoptic_segments_give_panopticapis_numbers(case, tmp_path, catego
     summary = coco_panoptic.convert(str(raw), str(tmp_path / "pred.zip"), str(folder / "psg.json"),
                                     png_dir=str(folder / "coco" / "panoptic"), categories=categories)
     assert summary.get("triplets", 0) == 0 and summary["images"] == len(sgeval.read_gt(str(folder / "psg.json")).images)
-    results = sgeval.evaluate(config(folder, pred=str(tmp_path / "pred.zip"), metrics=["R", "Rinf"]))
+    results = sgeval.evaluate(pq_config(folder, pred=str(tmp_path / "pred.zip"), metrics=["R", "Rinf"]))
     assert results["panoptic_quality"]["source"] == "masks" and results["metrics"]["R@20"] == 0
     assert_tool(results, numbers["panopticapi"])
 

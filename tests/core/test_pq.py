@@ -14,24 +14,19 @@ means and their category counts to 1e-9:
 """
 
 import json
-import zipfile
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, sgeval
+from conftest import PQ_FIXTURES, pq_fixture, sgeval
 
-DATA = ROOT / "tests" / "data" / "pq"
 TOLERANCE = 1e-9
 
 
-@pytest.fixture(scope="module", params=["pq-0", "pq-1"])
+@pytest.fixture(scope="module", params=PQ_FIXTURES)
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    return folder, json.loads((folder / "numbers.json").read_text())
+    return pq_fixture(request.param, tmp_path_factory)
 
 
 def png_ids(path):

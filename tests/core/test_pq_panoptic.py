@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import ROOT, sgeval
+from conftest import PQ_FIXTURES, ROOT, pq_config, pq_fixture, sgeval
 from test_pq import assert_pq, object_classes
 
 DATA = ROOT / "tests" / "data" / "pq"
@@ -23,22 +23,16 @@ TOLERANCE = 1e-9
 INSTANCE_OFFSET = 1000  # OpenPSG's pan_results: id = category + instance x INSTANCE_OFFSET
 
 
-@pytest.fixture(scope="module", params=["pq-0", "pq-1"])
+@pytest.fixture(scope="module", params=PQ_FIXTURES)
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    return folder, json.loads((folder / "numbers.json").read_text())
+    return pq_fixture(request.param, tmp_path_factory)
 
 
-def config(folder, rule="panopticapi", **more):
-    return {"gt": str(folder / "psg.json"), "gt_seg": str(folder / "panoptic"), "pq": True, "pq_rule": rule,
-            "gt_cache": False, "k": "20", **more}
 
 
 def images(folder):
     """(image id, pan_results, instance update arguments) of every evaluated image."""
-    for image in sgeval.Evaluator(config(folder)).gt.images:
+    for image in sgeval.Evaluator(pq_config(folder)).gt.images:
         masks, scores, categories = (np.load(folder / "masks" / f"{image.image_id}.{name}.npy")
                                      for name in ("masks", "scores", "categories"))
         yield image.image_id, np.load(folder / "pan" / f"{image.image_id}.npy"), {
@@ -63,7 +57,7 @@ def assert_openpsg(results, numbers):
 @pytest.mark.parametrize("rule", ["panopticapi", "openpsg"])
 def test_update_panoptic_scores_the_segmentation_under_each_rule(case, rule):
     folder, numbers = case
-    evaluator = sgeval.Evaluator(config(folder, rule))
+    evaluator = sgeval.Evaluator(pq_config(folder, rule))
     void = len(evaluator.gt.object_classes)
     for image_id, pan, arguments in images(folder):
         evaluator.update(image_id, **arguments, panoptic=segmentation(pan, void))
@@ -95,7 +89,7 @@ def test_a_files_panoptic_field_gives_the_tools_numbers(case, tmp_path):
     void = len(object_classes(folder / "psg.json"))
     pred = sgeval.write_predictions(tmp_path / "pred.zip", [file_record(*item, void) for item in images(folder)])
     for rule, tool in (("panopticapi", "panopticapi"), ("openpsg", "openpsg")):
-        results = sgeval.evaluate(config(folder, rule, pred=pred))
+        results = sgeval.evaluate(pq_config(folder, rule, pred=pred))
         assert results["panoptic_quality"]["source"] == "panoptic"
         if rule == "openpsg":
             assert_openpsg(results, numbers[tool])
@@ -106,7 +100,7 @@ def test_a_files_panoptic_field_gives_the_tools_numbers(case, tmp_path):
 def test_the_rules_differ_only_where_a_segment_has_void_id(case):
     """Without void_id_segment, openpsg is panopticapi: the collision is the only difference."""
     folder, numbers = case
-    evaluator = sgeval.Evaluator(config(folder, "openpsg"))
+    evaluator = sgeval.Evaluator(pq_config(folder, "openpsg"))
     void = len(evaluator.gt.object_classes)
     for image_id, pan, arguments in images(folder):
         evaluator.update(image_id, **arguments, panoptic=segmentation(pan, void)._replace(void_id_segment=None))
@@ -158,7 +152,7 @@ def test_a_bad_panoptic_field_is_one_line_naming_file_image_and_field(first, tmp
         for name, data in members.items():
             target.writestr(name, data)
     with pytest.raises(sgeval.SGEvalError) as info:
-        sgeval.evaluate(config(folder, pred=pred))
+        sgeval.evaluate(pq_config(folder, pred=pred))
     assert len(info.value.problems) == 1 and problem in info.value.problems[0], info.value.problems
     assert info.value.problems[0].startswith(f"{pred}: image {record['id']}")
 
@@ -176,7 +170,7 @@ def test_a_bad_panoptic_field_is_one_line_naming_file_image_and_field(first, tmp
 ])
 def test_a_bad_panoptic_argument_is_one_line_naming_image_and_field(first, change, problem):
     folder, _ = first
-    evaluator = sgeval.Evaluator(config(folder))
+    evaluator = sgeval.Evaluator(pq_config(folder))
     image_id, pan, arguments = next(images(folder))
     with pytest.raises(sgeval.SGEvalError) as info:
         evaluator.update(image_id, **arguments,
@@ -205,7 +199,7 @@ def test_images_scored_on_their_segmentation_or_their_masks_add_up_and_say_so(fi
     folder, _ = first
     items = list(images(folder))
     half = len(items) // 2
-    runs = {name: sgeval.Evaluator(config(folder, pq_merge="first-wins")) for name in ("mixed", "panoptic", "masks")}
+    runs = {name: sgeval.Evaluator(pq_config(folder, pq_merge="first-wins")) for name in ("mixed", "panoptic", "masks")}
     void = len(runs["mixed"].gt.object_classes)
     for index, (image_id, pan, arguments) in enumerate(items):
         if index < half:
@@ -221,7 +215,7 @@ def test_images_scored_on_their_segmentation_or_their_masks_add_up_and_say_so(fi
     for name, values in mixed["per_category"].items():
         assert [values[key] for key in ("TP", "FP", "FN")] == [
             sum(part.get(name, {}).get(key, 0) for part in parts) for key in ("TP", "FP", "FN")], name
-    assert sgeval.Evaluator(config(folder)).compute()["panoptic_quality"]["source"] == "none"
+    assert sgeval.Evaluator(pq_config(folder)).compute()["panoptic_quality"]["source"] == "none"
 
 
 def test_hand_fixture_of_the_id_0_void_collision(tmp_path):

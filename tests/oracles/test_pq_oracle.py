@@ -13,26 +13,21 @@ panopticapi (coco/ and, as the same segmentation, pan/ with VOID pixels unassign
 """
 
 import json
-import zipfile
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import reference_pq as ref
-from conftest import ROOT
+from conftest import PQ_FIXTURES, pq_fixture
 
-DATA = ROOT / "tests" / "data" / "pq"
 TOLERANCE = 1e-9
 
 
-@pytest.fixture(scope="module", params=["pq-0", "pq-1"])
+@pytest.fixture(scope="module", params=PQ_FIXTURES)
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    psg = json.loads((folder / "psg.json").read_text())
-    return folder, psg, json.loads((folder / "numbers.json").read_text())
+    folder, numbers = pq_fixture(request.param, tmp_path_factory)
+    return folder, json.loads((folder / "psg.json").read_text()), numbers
 
 
 def png_ids(path):
