@@ -15,7 +15,8 @@
 #   make demo-ag            the Action Genome path on generated AG-layout files (demo/ag): the converters ag-gt
 #                           and ag (SGDet, attention logits), then configs/ag-demo.yaml (protocol ag: STTran's with /
 #                           semi / no constraint, both mean recalls, beside the fair protocols and IMR)
-#   make test               run the test suite (with the service's browser tests in headless chromium)
+#   make test               run the test suite (with the service's browser tests in headless chromium) in
+#                           TEST_WORKERS=2 processes
 #   make serve              the benchmark service on the demo data at http://127.0.0.1:8000/ (PORT=...): queues
 #                           the demo's two models once, then serves (configs/serve/demo.yaml; state in serve-state/)
 #   make eval MODEL=<name>  evaluate configs/<name>.yaml; when configs/convert/<name>.yaml (its conversion
@@ -142,8 +143,10 @@ demo-ag: $(STAMP)
 	rm -rf demo/ag && $(PY) -m tools.make_ag_demo --out demo/ag
 	$(PY) sgeval.py --config configs/ag-demo.yaml
 
+# TEST_WORKERS processes (pytest-xdist), a test file's tests in one of them (their module fixtures made once).
+TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # Fuzz campaign: generated bad inputs for every reader (fuzz/), FUZZ_S seconds; non-clean cases go to fuzz/corpus/.
 FUZZ_S ?= 600
