@@ -399,11 +399,18 @@ def rewrite_cache_entry(folder, key, entry):
 PQ_FIXTURES = ("pq-0", "pq-1")
 
 
+def unpacked(path, tmp_path_factory, name=None):
+    """A new folder (named name, default the file's stem) holding the ZIP at path unpacked: an
+    oracle's fixture of tests/data."""
+    folder = tmp_path_factory.mktemp(name or Path(path).stem)
+    with zipfile.ZipFile(path) as archive:
+        archive.extractall(folder)
+    return folder
+
+
 def pq_fixture(name, tmp_path_factory):
     """(folder, numbers): the PQ fixture name unpacked into a new folder, and its tools' numbers."""
-    folder = tmp_path_factory.mktemp(name)
-    with zipfile.ZipFile(ROOT / "tests" / "data" / "pq" / f"{name}.zip") as archive:
-        archive.extractall(folder)
+    folder = unpacked(ROOT / "tests" / "data" / "pq" / f"{name}.zip", tmp_path_factory)
     return folder, json.loads((folder / "numbers.json").read_text())
 
 

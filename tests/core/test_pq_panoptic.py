@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import PQ_FIXTURES, ROOT, pq_config, pq_fixture, sgeval
+from conftest import PQ_FIXTURES, ROOT, pq_config, pq_fixture, sgeval, unpacked
 from test_pq import assert_pq, object_classes
 
 DATA = ROOT / "tests" / "data" / "pq"
@@ -110,9 +110,7 @@ def test_the_rules_differ_only_where_a_segment_has_void_id(case):
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
     """pq-0's folder and its first image's file record (test_a_files_panoptic_field_gives_the_tools_numbers)."""
-    folder = tmp_path_factory.mktemp("first")
-    with zipfile.ZipFile(DATA / "pq-0.zip") as archive:
-        archive.extractall(folder)
+    folder = unpacked(DATA / "pq-0.zip", tmp_path_factory, "first")
     void = len(object_classes(folder / "psg.json"))
     return folder, file_record(*next(images(folder)), void)
 

@@ -21,12 +21,12 @@ thresholded in semi, ranking by the predicate score alone) gives another number 
 """
 
 import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import unpacked
 from sgeval_convert import ag
 from tests import reference_ag
 
@@ -40,9 +40,7 @@ TOLERANCE = 1e-9
 
 @pytest.fixture(scope="module", params=FIXTURES, ids=lambda p: p.stem)
 def fixture_dir(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param.stem)
-    with zipfile.ZipFile(request.param) as archive:
-        archive.extractall(folder)
+    folder = unpacked(request.param, tmp_path_factory)
     ag.convert_gt(folder / "annotations", folder / "gt_predcls.json")
     ag.convert_gt(folder / "annotations", folder / "gt_filtered.json",
                   objects_file=folder / "dataloader" / "object_bbox_and_relationship_filtersmall.pkl")

@@ -21,11 +21,10 @@ The names sgeval gives the numbers are in the tables below, and nowhere else.
 """
 
 import json
-import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT, sgeval
+from conftest import ROOT, sgeval, unpacked
 
 DATA = ROOT / "tests" / "data" / "oi"
 TASKS = ("sgdet", "sgcls", "predcls")
@@ -53,10 +52,7 @@ FIXTURE_FILES = ("categories_dict.json", "vrd-train-anno.json", "vrd-val-anno.js
 
 @pytest.fixture(scope="module", params=sorted(path.stem for path in DATA.glob("*.zip")))
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    return folder
+    return unpacked(DATA / f"{request.param}.zip", tmp_path_factory)
 
 
 def pysgg_numbers(case, task):

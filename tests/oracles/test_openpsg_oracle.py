@@ -18,11 +18,10 @@ R@20/50/100 equal, read from sgeval's per-image file (per_image).
 import json
 import subprocess
 import sys
-import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT, sgeval
+from conftest import ROOT, sgeval, unpacked
 
 DATA = ROOT / "tests" / "data" / "openpsg"
 KS = ("20", "50", "100")
@@ -32,9 +31,7 @@ MODES = {"mask": "pan_seg", "box": "bbox"}  # sgeval mode: OpenPSG's detection_m
 @pytest.fixture(scope="module", params=["one-stage-0", "two-stage-0"])
 def case(request, tmp_path_factory):
     """The fixture extracted, and raw/ converted to pred.zip by the converter's command line."""
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
+    folder = unpacked(DATA / f"{request.param}.zip", tmp_path_factory)
     subprocess.run([sys.executable, "sgeval.py", "convert", "openpsg", "--quiet", "--gt", str(folder / "psg.json"),
                     str(folder / "raw"), str(folder / "pred.zip")], cwd=ROOT, check=True)
     return folder

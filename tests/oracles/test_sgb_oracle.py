@@ -13,10 +13,9 @@ predcls (SGB reports it for those two only).
 """
 
 import json
-import zipfile
 
 import pytest
-from conftest import ROOT, sgeval
+from conftest import ROOT, sgeval, unpacked
 
 DATA = ROOT / "tests" / "data" / "sgb"
 KS = ("20", "50", "100")
@@ -25,10 +24,7 @@ FAMILIES = ("R", "ngR", "zR", "ngzR", "mR", "mNgR")
 
 @pytest.fixture(scope="module", params=sorted(path.stem for path in DATA.glob("*.zip")))
 def case(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    with zipfile.ZipFile(DATA / f"{request.param}.zip") as archive:
-        archive.extractall(folder)
-    return folder
+    return unpacked(DATA / f"{request.param}.zip", tmp_path_factory)
 
 
 def evaluate(case, task):
