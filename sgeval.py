@@ -1423,17 +1423,21 @@ def prediction_digest(pred):
                   pred.ng_triplet_scores):
         digest.update(b"-" if array is None else repr(array.shape).encode() + np.ascontiguousarray(array).tobytes())
     if pred.bits is not None:
-        data = np.ascontiguousarray(pred.bits).view(np.uint8)
-        digest.update(f"{pred.bits.shape} {imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
+        digest.update(f"{pred.bits.shape} {_bits_checksums(pred.bits)}".encode())
     digest.update(repr(pred.seg_filename).encode())
     if pred.panoptic is not None:  # its ids, categories, void index, and its PNG's name or its bits
         panoptic = pred.panoptic
         digest.update(repr((panoptic.segment_ids.tolist(), panoptic.categories.tolist(), panoptic.void_index,
                             panoptic.file)).encode())
         if panoptic.bits is not None:
-            data = np.ascontiguousarray(panoptic.bits).view(np.uint8)
-            digest.update(f"{imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}".encode())
+            digest.update(_bits_checksums(panoptic.bits).encode())
     return digest.digest()[:DIGEST]
+
+
+def _bits_checksums(bits):
+    """'<CRC-32> <Adler-32>' of packed masks' bytes (prediction_digest)."""
+    data = np.ascontiguousarray(bits).view(np.uint8)
+    return f"{imagecodecs.deflate_crc32(data)} {imagecodecs.deflate_adler32(data)}"
 
 
 def pack_record(result, image, settings):
@@ -1924,7 +1928,12 @@ def update_panoptic(value, n_objects, height, width, where, problems):
                         f"segment map")
         return None
     bits[n] = pack_masks(~np.isin(image, ids)[None])[0]
-    return PredPanoptic(categories, ids, -1 if void is None else int(np.flatnonzero(ids == void)[0]), bits)
+    return PredPanoptic(categories, ids, _void_index(ids, void), bits)
+
+
+def _void_index(ids, void_id_segment):
+    """The index of the segment void_id_segment names (panoptic_problem checked it is listed); -1: none."""
+    return -1 if void_id_segment is None else int(np.flatnonzero(ids == void_id_segment)[0])
 
 
 def panoptic_problem(ids, categories, void_id_segment, n_objects):
@@ -4521,7 +4530,7 @@ def record_panoptic(value, where, members, n_objects, mode, problems):
     if problem:
         problems.append(f"{where}: field 'panoptic': {problem}")
         return None
-    return PredPanoptic(categories, ids, -1 if void is None else int(np.flatnonzero(ids == void)[0]), None, name)
+    return PredPanoptic(categories, ids, _void_index(ids, void), None, name)
 
 
 def load_pred_panoptic(source, pred, height, width):
