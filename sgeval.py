@@ -2898,6 +2898,29 @@ def encode_panoptic(segment_map):
     return imagecodecs.png_encode(rgb)
 
 
+def _image_record(image, kind, put):
+    """write_predictions: an image's record of triplets.json, its masks' TIFF and panoptic PNG put
+    beside it."""
+    record = {"id": image["id"], "instances": image["instances"],
+              "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
+    if image.get("ng_triplets") is not None:
+        record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
+    for field in ("triplet_scores", "ng_triplet_scores"):
+        if image.get(field) is not None:
+            record[field] = _finite_list(image[field], field, image["id"])
+    if image.get("row_lists"):
+        record["row_lists"] = _row_lists_record(image["row_lists"], image["id"])
+    masks, tiff = image.get("masks"), image.get("tiff")
+    if tiff is not None or masks is not None and len(masks):
+        if kind == "json":
+            raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
+        record["seg_filename"] = f"{image['id']}.tiff"
+        put(record["seg_filename"], encode_masks(masks) if tiff is None else tiff)
+    if image.get("panoptic") is not None:
+        record["panoptic"] = _panoptic_record(image["panoptic"], image["id"], kind, put)
+    return record
+
+
 def _panoptic_record(panoptic, image_id, kind, put):
     """write_predictions: an image's field 'panoptic' from its ``panoptic`` ({"segments": [{id,
     category}], "void_id_segment": id or None, and "segment_map": an (H, W) map of ids, 0 for no
@@ -2942,12 +2965,11 @@ def write_predictions(path, images, extra_members=None, kind=None):
     file (box mode, no masks); anything else -> a directory (``kind`` overrides the suffix).
     ``images``: iterable of dicts with ``id``, ``instances`` ([{category, bbox, score?}]),
     ``triplets``, optional ``ng_triplets``, ``triplet_scores`` and ``ng_triplet_scores`` (a number per
-    row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}) and optional ``masks`` ((P, H,
-    W) bool or uint8) or
-    ``tiff`` (the masks already encoded by encode_masks), and optional ``panoptic`` (_panoptic_record).
-    Each image's masks are written as it comes
-    (triplets.json last), so an iterator keeps one image in memory. ``extra_members``: {name:
-    bytes} added beside triplets.json. Same input, same bytes.
+    row), ``row_lists`` ({name: {"triplets": rows, "scores": numbers}}), ``masks`` ((P, H, W) bool or
+    uint8) or ``tiff`` (the masks already encoded by encode_masks), and ``panoptic``
+    (_panoptic_record). Each image's masks are written as it comes (triplets.json last), so an
+    iterator keeps one image in memory. ``extra_members``: {name: bytes} added beside
+    triplets.json. Same input, same bytes.
     """
     path = str(path)
     kind = kind or ("zip" if path.endswith(".zip") else "json" if path.endswith(".json") else "dir")
@@ -2971,24 +2993,7 @@ def write_predictions(path, images, extra_members=None, kind=None):
         with tempfile.TemporaryFile() as spool:  # triplets.json, record by record: memory holds one
             spool.write(b'{"version": 1, "images": [')
             for index, image in enumerate(images):
-                record = {"id": image["id"], "instances": image["instances"],
-                          "triplets": np.asarray(image["triplets"], np.int64).reshape(-1, 3).tolist()}
-                if image.get("ng_triplets") is not None:
-                    record["ng_triplets"] = np.asarray(image["ng_triplets"], np.int64).reshape(-1, 3).tolist()
-                for field in ("triplet_scores", "ng_triplet_scores"):
-                    if image.get(field) is not None:
-                        record[field] = _finite_list(image[field], field, image["id"])
-                if image.get("row_lists"):
-                    record["row_lists"] = _row_lists_record(image["row_lists"], image["id"])
-                masks, tiff = image.get("masks"), image.get("tiff")
-                if tiff is not None or masks is not None and len(masks):
-                    if kind == "json":
-                        raise ValueError("a .json prediction holds no masks; write a .zip or a directory")
-                    record["seg_filename"] = f"{image['id']}.tiff"
-                    put(record["seg_filename"], encode_masks(masks) if tiff is None else tiff)
-                if image.get("panoptic") is not None:
-                    record["panoptic"] = _panoptic_record(image["panoptic"], image["id"], kind, put)
-                spool.write((", " * bool(index) + json.dumps(record)).encode())
+                spool.write((", " * bool(index) + json.dumps(_image_record(image, kind, put))).encode())
             spool.write(b"]}")
             for name, data in {"triplets.json": spool, **(extra_members or {} if kind != "json" else {})}.items():
                 put(name, data, zipfile.ZIP_DEFLATED)
