@@ -1047,7 +1047,7 @@ class Evaluator:
         self.gt_cache = GTCache(folder, gt_cache_bytes("SGEVAL_GT_MEMORY_MIB", GT_CACHE_MEMORY_MIB)) \
             if self.settings.mode == "mask" and self.config.gt_cache is not False else None
         self.slot_of = {image.image_id: slot for slot, image in enumerate(self.gt.images)}
-        self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its pack_record
+        self._fingerprint, self._pool, self._running = None, None, {}  # slot -> Future of its (digest, pack_record)
         self._references = {}  # (slot, protocol) -> reference_counts, for the states read
         self._free = threading.BoundedSemaphore(2 * self.config.workers)  # images checked, not yet evaluated
         self.reset()
@@ -1086,14 +1086,13 @@ class Evaluator:
         problems = protocol_problems(pred, image, self.settings, where)
         if problems:
             raise SGEvalError(problems)
-        digest = prediction_digest(pred)
         if slot is None:
-            return self._add(self.extra, image_id, ImageRecord(digest, 1, None))
-        self._drain(finished_only=True)
+            return self._add(self.extra, image_id, ImageRecord(prediction_digest(pred), 1, None))
+        self._drain(finished_only=slot not in self._running)  # an update again: the first's digest is needed
         if slot in self.images:
-            return self._add(self.images, slot, ImageRecord(digest, 1, None))
+            return self._add(self.images, slot, ImageRecord(prediction_digest(pred), 1, None))
         self._free.acquire()  # blocks while 2 x workers images wait for their evaluation
-        self.images[slot] = ImageRecord(digest, 1, None)  # its values when evaluated (_drain)
+        self.images[slot] = ImageRecord(None, 1, None)  # its digest and values when evaluated (_drain)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix="sgeval")
         self._running[slot] = self._pool.submit(self._evaluate, slot, pred)
@@ -1149,12 +1148,13 @@ class Evaluator:
             progress(done, len(gt.images))
 
     def _evaluate(self, slot, pred):
-        """pack_record of one checked update (in one of the Evaluator's threads)."""
+        """(prediction_digest, pack_record) of one checked update (in one of the Evaluator's
+        threads, so that the digest's pass over the masks is not on the caller's path)."""
         try:
             result = evaluate_image(ImageTask(self.gt.images[slot], pred, None, self.settings, self.gt_cache))
             if result.problems:  # the GT's PNG
                 raise SGEvalError(result.problems)
-            return pack_record(result, self.gt.images[slot], self.settings)
+            return prediction_digest(pred), pack_record(result, self.gt.images[slot], self.settings)
         finally:
             self._free.release()
 
@@ -1165,8 +1165,8 @@ class Evaluator:
         problems, failure = [], None
         for slot in [slot for slot, future in self._running.items() if future.done() or not finished_only]:
             try:
-                values = self._running.pop(slot).result()
-                self.images[slot] = self.images[slot]._replace(values=values)
+                digest, values = self._running.pop(slot).result()
+                self.images[slot] = self.images[slot]._replace(digest=digest, values=values)
             except SGEvalError as error:
                 del self.images[slot]
                 problems += error.problems
@@ -1386,7 +1386,7 @@ def _same_state(a, b):
 class ImageRecord(typing.NamedTuple):
     """One updated image in an Evaluator's state."""
 
-    digest: bytes  # prediction_digest of its arrays
+    digest: bytes | None  # prediction_digest of its arrays (None while its update is evaluated)
     updates: int  # how often it was updated (padded duplicates add up)
     values: np.ndarray | None  # pack_record of its counts (None for a test image without relations)
 
@@ -5703,7 +5703,8 @@ mode ``masks`` and ``panoptic`` are ignored, as ``seg_filename`` is.
   padding to the batch's largest image, should skip the sampler's repeats: sgeval_convert/README.md).
   Results never depend on the order of updates or merges.
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
-  image in one of ``workers`` threads (the numba kernels release the GIL), so the evaluation runs
+  image (and digests its arrays) in one of ``workers`` threads (the numba kernels release the
+  GIL), so the evaluation runs
   beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
   other method waits for them first (a problem found then, with the GT's panoptic PNG, is raised
   by the next call and the image is left out of the state). An Evaluator is used from one thread;

@@ -294,6 +294,25 @@ def test_packed_masks_equal_the_masks_they_hold(demo):
     assert evaluator.compute()["images"]["duplicate_updates"] == 3
 
 
+def test_an_update_again_while_the_first_is_evaluated_is_compared_with_it(demo):
+    """update digests an image's arrays in the evaluation thread: an update of the same image
+    that comes while the first is still evaluated waits for the first's digest. Other masks (one
+    pixel changed) are refused and leave the state as after the first; the same arrays count as a
+    duplicate."""
+    image_id, arguments = demo.updates[0]
+    changed = arguments["masks"].copy()
+    changed[0, 0, 0] = not changed[0, 0, 0]
+    evaluator = sgeval.Evaluator(demo.config())
+    evaluator.update(image_id, **arguments)
+    with pytest.raises(sgeval.SGEvalError, match="updated twice with different predictions"):
+        evaluator.update(image_id, **{**arguments, "masks": changed})
+    once = sgeval.Evaluator(demo.config())
+    once.update(image_id, **arguments)
+    assert state_bytes(evaluator) == state_bytes(once)
+    evaluator.update(image_id, **arguments)
+    assert evaluator.compute(missing="skip")["images"]["duplicate_updates"] == 1
+
+
 def test_packed_masks_on_a_hand_case_and_refused_when_malformed(tmp_path):
     """perfect_case's 2 x 8 image: 16 pixels, two bytes a mask (no padding bits), the same state as
     the bool masks. A wrong dtype, shape or row length is refused naming the field; so are padding

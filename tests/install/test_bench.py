@@ -326,8 +326,9 @@ def test_the_conversion_benchmark_streams_a_pairnet_pickle_and_converts_it(tmp_p
 
 def test_the_loop_benchmark_feeds_update_what_the_file_holds(workload, tmp_path):
     """bench/loop.py's updates child at tiny scale: every record updated once (the image without
-    relations too, untimed), the updates give the file path's results, the state and the
-    simulated model loop are measured; the Evaluator keeps its GT in the folder given."""
+    relations too, untimed), the updates give the file path's results, the state, the
+    simulated model loop and the updates with PackedMasks are measured; the Evaluator keeps its GT
+    in the folder given."""
     from bench import loop
     found = loop.time_updates(workload, "psg", model_images=2, model_step_s=0, memory_images=2,
                               gt_cache=tmp_path / "gt")
@@ -337,6 +338,7 @@ def test_the_loop_benchmark_feeds_update_what_the_file_holds(workload, tmp_path)
     assert (state["images"], state["extra"]) == (3, 1) and state["pickle_bytes"] > state["pickle_bytes_empty"] > 0
     assert state["memory_per_image"] > 0 and found["traced"]["images"] == 2
     assert found["model"]["images"] == 2 and found["model"]["wall_with_s"] > 0
+    assert found["packed_update_cpu_ms"]["median"] >= 0 and found["packed_update_ms"]["median"] > 0
     config = loop.load_config("psg", workload, pred=str(workload / "compact.zip"))
     assert config.protocols and config.workers == 1 and config.output is None
     expected = sgeval.evaluate(config)
