@@ -27,7 +27,9 @@
 #   make bench              time sgeval (GT prepared and cold) against SGBench 1.0 and the library floor on three
 #                           PSG-sized workloads of 2,177 images (default, overlap-heavy, blob; QUICK=1: 200; RUNS=3;
 #                           WORKLOAD=default|overlap|blob|both|all), then Evaluator.update in a test loop and its
-#                           state's size (bench/loop.py; LOOP=0: not); every target with ok / MISSED
+#                           state's size (bench/loop.py; LOOP=0: not); every target with ok / MISSED; then VG150
+#                           at full size in box mode (bench/vg150_full.py; QUICK=1: 500 images; VG150=0: not; its
+#                           first run generates 26,446 images: about 45 min on 2 cores)
 #   make bench-convert      convert generated Pair-Net-like pickles of 1 and 30 GB (GB=1,30) with 1 and 2 workers:
 #                           time, MB/s against the disk's dd speed, peak RSS, identical outputs (bench/convert_bench.py)
 #   make bench-serve        the benchmark service under load on loopback: the real server on the demo benchmark,
@@ -173,9 +175,11 @@ RUNS ?= 3
 QUICK ?=
 WORKLOAD ?= all
 LOOP ?= 1
+VG150 ?= 1
 bench: $(STAMP)
 	$(PY) bench/run.py --runs $(RUNS) --workload $(WORKLOAD) $(if $(filter-out 0,$(QUICK)),--quick) \
 	  $(if $(filter 0,$(LOOP)),--no-loop)
+	$(if $(filter 0,$(VG150)),,$(PY) -m bench.vg150_full --runs $(RUNS) $(if $(filter-out 0,$(QUICK)),--images 500))
 
 # Converting a generated Pair-Net-like results pickle of GB gigabytes (1 and 30 by default) with 1 and 2 workers.
 GB ?= 1,30

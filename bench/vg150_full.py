@@ -14,14 +14,22 @@
 2. Runs ``python sgeval.py --gt vg150_test.json --pred pred.zip --workers W --output ...`` (every
    default protocol and metric) ``--runs`` times as a child process and reports wall seconds, CPU
    seconds of the process and its workers (user + system, from ``wait4``), ms per image, and the
-   peak RSS of the largest process (``ru_maxrss``). Prints one JSON line; targets (issue 39, item
-   4): <= 30 s and <= 1 GiB at W = 2.
+   peak RSS of the largest process (``ru_maxrss``): the median run's. Targets (issue 39, item 4):
+   <= 30 s and <= 1 GiB at W = 2 (at another size the wall time is scaled to 26,446 images).
+3. Measures the floor of any evaluator reading this file (``floor``): inflating ``triplets.json``
+   (one deflate stream: one core) and decoding records with msgspec into a typed schema of the
+   records' fields (the fastest JSON library here; no checks, no arrays, no evaluation), per
+   image, and the best W = 2 could do with them: (inflate + decode) / 2 per image when both cores
+   decode, never less than the inflate alone.
+
+Prints the targets with ok / MISSED and writes every figure to ``bench/results/vg150-<images>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import subprocess
@@ -31,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 N_BOXES, N_PREDICATES = 80, 50
+VG150_TEST_IMAGES = 26_446
 TARGET_S, TARGET_MIB = 30.0, 1024.0
 
 
@@ -132,24 +141,80 @@ def measure(folder, workers):
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}
 
 
+def floor(folder, sample_bytes=48 << 20):
+    """ms per image to inflate pred.zip's triplets.json (all of it) and to decode its records
+    (the first sample_bytes of text, cut after the last whole record) with a typed msgspec schema."""
+    import re
+    import zipfile
+
+    import msgspec
+
+    instance = msgspec.defstruct("Instance", [("category", int), ("bbox", tuple[float, float, float, float]),
+                                              ("score", float, 0.0)])
+    rows = list[tuple[int, int, int]]
+    record = msgspec.defstruct("Record", [("id", str), ("instances", list[instance]), ("triplets", rows),
+                                          ("ng_triplets", rows | None, None)])
+    document = msgspec.defstruct("Document", [("version", int), ("images", list[record])])
+
+    with zipfile.ZipFile(folder / "pred.zip") as archive, archive.open("triplets.json") as stream:
+        start, head = time.process_time(), bytearray()
+        while chunk := stream.read(16 << 20):
+            head += chunk[:max(0, sample_bytes - len(head))]
+        inflate_s = time.process_time() - start
+    first = head.index(b"[", head.index(b'"images"')) + 1
+    cut = max(match.start() for match in re.finditer(rb'\}, \{"id"', head))
+    text = b'{"version": 1, "images": [' + bytes(head[first:cut + 1]) + b"]}"
+    gc.disable()  # the collector would walk the decoded lists again and again
+    start = time.process_time()
+    records = len(msgspec.json.Decoder(document).decode(text).images)
+    decode_ms = 1000 * (time.process_time() - start) / records
+    gc.enable()
+    n_images = json.loads((folder / "stamp.json").read_text())["images"]
+    inflate_ms = 1000 * inflate_s / n_images
+    return {"inflate_ms_per_image": inflate_ms, "typed_decode_ms_per_image": decode_ms, "decoded_records": records,
+            "best_w2_s": max(inflate_ms, (inflate_ms + decode_ms) / 2) * VG150_TEST_IMAGES / 1000}
+
+
+def summary(found):
+    """The targets' lines, each with ok / MISSED (at another size than VG150's the wall time is
+    scaled to 26,446 images at the measured rate per image)."""
+    images, at_size = found["images"], found["wall_s"] * VG150_TEST_IMAGES / found["images"]
+    scaled = "" if images == VG150_TEST_IMAGES else f" (at {images:,} images: {found['wall_s']:.1f} s, scaled)"
+    floor_found = found["floor"]
+    return [
+        f"VG150 box mode, {VG150_TEST_IMAGES:,} images, W={found['workers']}: {at_size:.1f} s{scaled}, "
+        f"{found['ms_per_image']:.2f} ms per image, CPU {found['cpu_ms_per_image']:.2f} ms per image "
+        f"(target <= {TARGET_S:g} s)  {'ok' if at_size <= TARGET_S else 'MISSED'}",
+        f"VG150 box mode: peak RSS of the largest process {found['max_rss_mib']:.0f} MiB (target <= {TARGET_MIB:g} "
+        f"MiB)  {'ok' if found['max_rss_mib'] <= TARGET_MIB else 'MISSED'}",
+        f"VG150 box mode: the file's floor per image, inflating {floor_found['inflate_ms_per_image']:.2f} ms (one "
+        f"stream, one core) + decoding the JSON records with msgspec's typed decoder "
+        f"{floor_found['typed_decode_ms_per_image']:.2f} ms: at best {floor_found['best_w2_s']:.1f} s at W=2 for "
+        f"{VG150_TEST_IMAGES:,} images"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=26_446, help="test images (default VG150's 26,446)")
+    parser.add_argument("--images", type=int, default=VG150_TEST_IMAGES, help="test images (default VG150's 26,446)")
     parser.add_argument("--workers", type=int, default=2, help="sgeval's --workers (default 2)")
     parser.add_argument("--runs", type=int, default=1, help="timed runs (default 1)")
     parser.add_argument("--generate-workers", type=int, default=2, help="processes generating the workload")
     args = parser.parse_args(argv)
     folder = ROOT / "bench" / "data" / f"vg150-{args.images}"
     generated = generate(folder, args.images, args.generate_workers)
-    runs = [measure(folder, args.workers) for _ in range(max(1, args.runs))]
-    runs.sort(key=lambda run: run["wall_s"])
+    runs = sorted((measure(folder, args.workers) for _ in range(max(1, args.runs))), key=lambda run: run["wall_s"])
     median = runs[len(runs) // 2]
     found = {"images": args.images, "workers": args.workers, "generated_now_s": generated, "runs": runs,
-             "ms_per_image": 1000 * median["wall_s"] / args.images,
+             "wall_s": median["wall_s"], "ms_per_image": 1000 * median["wall_s"] / args.images,
              "cpu_ms_per_image": 1000 * median["cpu_s"] / args.images,
+             "max_rss_mib": max(run["max_rss_mib"] for run in runs),
              "pred_zip_mib": (folder / "pred.zip").stat().st_size / 2**20, "load_1min": os.getloadavg()[0],
-             "wall_ok": median["wall_s"] <= TARGET_S, "rss_ok": max(r["max_rss_mib"] for r in runs) <= TARGET_MIB}
-    print(json.dumps(found))
+             "floor": floor(folder)}
+    found["summary"] = summary(found)
+    out = ROOT / "bench" / "results" / f"vg150-{args.images}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(found, indent=1) + "\n")
+    print("\n".join(found["summary"]) + f"\n(all figures: {out.relative_to(ROOT)})")
     return 0
 
 

@@ -425,3 +425,22 @@ def test_make_bench_runs_the_loop_benchmark_on_the_overlap_workload(tmp_path):
 def test_the_benchmark_knows_sgevals_pq_keys():
     """bench/run.py imports only the standard library, so it spells sgeval.PQ_KEYS out."""
     assert run.PQ_KEYS == sgeval.PQ_KEYS
+
+
+def test_the_vg150_benchmark_generates_measures_its_floor_and_reports(tmp_path):
+    """bench/vg150_full.py at 6 images: the generated prediction is what sgeval reads without a
+    problem, the floor decodes its records, and the summary gives each target ok or MISSED (the
+    wall time scaled to VG150's 26,446 images)."""
+    from bench import vg150_full
+    folder = tmp_path / "vg150-6"
+    vg150_full.generate(folder, 6, 1)
+    config = sgeval.load_config(gt=str(folder / "vg150_test.json"), pred=str(folder / "pred.zip"), workers=1,
+                                gt_cache=None)
+    assert sgeval.evaluate(config)["images"]["evaluated"] > 0
+    floor = vg150_full.floor(folder)
+    assert floor["decoded_records"] >= 1 and floor["inflate_ms_per_image"] > 0 and floor["best_w2_s"] > 0
+    found = {"images": 6, "workers": 2, "wall_s": 0.05, "ms_per_image": 8.3, "cpu_ms_per_image": 9.0,
+             "max_rss_mib": 200.0, "floor": floor}
+    lines = vg150_full.summary(found)
+    assert lines[0].startswith("VG150 box mode, 26,446 images, W=2: 220.4 s (at 6 images: 0.1 s, scaled)")
+    assert lines[0].endswith("(target <= 30 s)  MISSED") and lines[1].endswith("(target <= 1024 MiB)  ok")
