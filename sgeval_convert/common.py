@@ -429,22 +429,62 @@ def rank_ng(pairs_R2, probabilities_RC, object_scores_P, ng_top, ng_per_predicat
     own dtype (float32 for real models), or by the probability alone when object_scores_P is None;
     descending and stable (row, then predicate order). Kept: every entry, repeats of an (s, o, p)
     included, up to the first ng_top distinct triplets, and beyond them the first occurrence of the
-    first ng_per_predicate distinct triplets of every predicate."""
-    n_predicates = probabilities_RC.shape[1]
+    first ng_per_predicate distinct triplets of every predicate.
+
+    Only the entries that can be kept are sorted: those at or above the score of the (k)-th best
+    entry overall and of every predicate's column, k growing until those entries hold enough
+    distinct triplets (repeated pairs make more entries necessary)."""
     scores = probabilities_RC if object_scores_P is None else \
         object_scores_P[pairs_R2].prod(axis=1)[:, None] * probabilities_RC
-    rows, predicates = np.divmod(np.argsort(-scores.ravel(), kind="stable"), n_predicates)
+    overall, per_column = ng_top + 1, ng_per_predicate
+    while True:
+        kept = _rank_ng_prefix(pairs_R2, scores, overall, per_column, ng_top, ng_per_predicate)
+        if kept[0] is not None:
+            return kept[0]
+        overall, per_column = overall * kept[1], per_column * kept[2]
+
+
+def _kth_best(values, k):
+    """The k-th largest of values (N,), or of every column of values (N, C): -inf where there are
+    fewer than k (everything is needed), +inf for k = 0 (nothing is)."""
+    if k <= 0 or k > len(values):
+        return np.full(values.shape[1:], np.inf if k <= 0 else -np.inf)
+    return -np.partition(-values, k - 1, axis=0)[k - 1]
+
+
+def _rank_ng_prefix(pairs_R2, scores, overall, per_column, ng_top, ng_per_predicate):
+    """rank_ng from the entries scoring at least the overall-th best score or their column's
+    per_column-th best, sorted as all entries would be: (triplets, 1, 1), or (None, grow overall,
+    grow per_column) when those complete prefixes hold too few distinct triplets."""
+    n_predicates = scores.shape[1]
+    floor_all, floor_column = _kth_best(scores.ravel(), overall), _kth_best(scores, per_column)
+    index = np.flatnonzero((scores >= floor_all) | (scores >= floor_column[None, :]))
+    flat = scores.ravel()[index]
+    order = index[np.argsort(-flat, kind="stable")]  # the global order of these entries (ties: index order)
+    rows, predicates = np.divmod(order, n_predicates)
     triplets = np.column_stack([pairs_R2[rows, 0], pairs_R2[rows, 1], predicates]).astype(np.int64)
     span = int(pairs_R2.max(initial=0)) + 1
     keys = (triplets[:, 0] * span + triplets[:, 1]) * n_predicates + triplets[:, 2]
     first = np.zeros(len(keys), bool)
     first[np.unique(keys, return_index=True)[1]] = True
+    ordered = scores.ravel()[order]
+    complete = int(np.count_nonzero(ordered >= floor_all))  # a prefix: the order is descending
+    new = np.cumsum(first[:complete])
+    grow_all = 1 if np.isneginf(floor_all) or (complete and new[-1] > ng_top) else 4
     rank_in_predicate = np.full(len(keys), ng_per_predicate)
+    grow_column = 1
     for predicate in np.unique(predicates):
         members = np.flatnonzero(first & (predicates == predicate))
         rank_in_predicate[members] = np.arange(len(members))
-    keep = (np.cumsum(first) <= ng_top) | (rank_in_predicate < ng_per_predicate)
-    return triplets[keep]
+        in_column = np.count_nonzero(first & (predicates == predicate) & (ordered >= floor_column[predicate]))
+        if in_column < ng_per_predicate and not np.isneginf(floor_column[predicate]):
+            grow_column = 4
+    if grow_all > 1 or grow_column > 1:
+        return None, grow_all, grow_column
+    keep = np.zeros(len(keys), bool)
+    keep[:complete] = new <= ng_top
+    keep |= rank_in_predicate < ng_per_predicate
+    return triplets[keep], 1, 1
 
 
 def _raw_boxes(refine_bboxes, n_instances):

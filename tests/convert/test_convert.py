@@ -587,6 +587,50 @@ def test_ng_triplets_rank_like_openpsg_and_keep_the_top_of_every_predicate():
     assert list(dict.fromkeys(got)) == unique[:100] + tail  # what distinct-triplet protocols read
 
 
+def ng_reference(pairs, probabilities, object_scores, ng_top, ng_per_predicate):
+    """rank_ng's docstring in plain Python: every (row, predicate) by score descending, ties in row
+    then predicate order; every entry up to the first ng_top distinct triplets, then the first
+    occurrence of each predicate's first ng_per_predicate distinct triplets."""
+    entries = []
+    for r in range(len(pairs)):
+        for p in range(probabilities.shape[1]):
+            score = probabilities[r, p] if object_scores is None else \
+                (object_scores[pairs[r, 0]] * object_scores[pairs[r, 1]]) * probabilities[r, p]
+            entries.append((-float(score), r, p, (int(pairs[r, 0]), int(pairs[r, 1]), p)))
+    ranked = [entry[3] for entry in sorted(entries)]
+    seen, per_predicate, kept = set(), collections.Counter(), []
+    for triplet in ranked:
+        new = triplet not in seen
+        seen.add(triplet)
+        if len(seen) <= ng_top:
+            kept.append(triplet)
+        elif new and per_predicate[triplet[2]] < ng_per_predicate:
+            kept.append(triplet)
+        per_predicate[triplet[2]] += new
+    return kept
+
+
+def test_ng_triplets_equal_the_plain_ranking_with_ties_and_repeated_pairs():
+    """rank_ng sorts only the entries that can be kept; on random cases with many tied scores,
+    repeated pairs, zero scores, ng_top and ng_per_predicate from 0 up (and beyond the entries) it
+    keeps what ranking every entry keeps."""
+    rng = np.random.default_rng(11)
+    for case in range(400):
+        n_rows, n_predicates, n_boxes = int(rng.integers(0, 40)), int(rng.integers(1, 7)), int(rng.integers(1, 9))
+        pairs = rng.integers(0, n_boxes, (n_rows, 2))
+        if n_rows > 3 and case % 2:
+            pairs[rng.integers(0, n_rows, n_rows // 2)] = pairs[0]  # many repeats of one pair
+        levels = int(rng.integers(1, 5))
+        probabilities = (rng.integers(0, levels + 1, (n_rows, n_predicates)) / levels if case % 3 else
+                         rng.random((n_rows, n_predicates))).astype(np.float32)
+        object_scores = None if case % 4 == 0 else (rng.integers(0, 3, n_boxes) / 2).astype(np.float32)
+        ng_top, ng_per_predicate = int(rng.integers(0, 25)), int(rng.integers(0, 6))
+        got = common.rank_ng(pairs, probabilities, object_scores, ng_top, ng_per_predicate)
+        assert got.dtype == np.int64 and got.shape[1:] == (3,)
+        assert [tuple(t) for t in got.tolist()] == ng_reference(pairs, probabilities, object_scores, ng_top,
+                                                                ng_per_predicate), case
+
+
 def test_written_members_are_those_of_sgeval_write_predictions(tmp_path, standins, gt_case):
     rng = np.random.default_rng(2)
     raws = [pairnet_result(rng, gt) for gt in gt_case[2]]
