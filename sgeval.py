@@ -2019,21 +2019,91 @@ def fast_json_decoder():
     return msgspec.json.Decoder().decode
 
 
+class FileRecord(typing.NamedTuple):
+    """An image record of a prediction file in the usual shape, as arrays (typed_record_decoder)."""
+
+    id: int | str
+    instances: tuple  # (categories (P,) int64, boxes (P, 4) float64, scores (P,) float64)
+    lists: dict  # {name: (rows (N, 3) int64, scores (N,) float64 or None)}: triplets, ng_triplets when given
+    seg_filename: str | None
+
+
+@functools.lru_cache(maxsize=1)
+def typed_record_decoder():
+    """msgspec's decoder of an image record's text in the usual shape -> FileRecord, when msgspec
+    is installed (else None): instances of category, bbox and score each; triplets, ng_triplets
+    and their scores; seg_filename. It raises ValueError on any other shape (a field more or
+    missing, a null, a boolean or a float for an integer) and on numbers the arrays do not hold
+    (beyond int64 or the float range): that record is decoded by JSONStream and read by the
+    checks of its JSON values, which word the problem."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+
+    class Instance(msgspec.Struct, forbid_unknown_fields=True):
+        category: int
+        bbox: tuple[float, float, float, float]
+        score: float
+
+    class Record(msgspec.Struct, forbid_unknown_fields=True):
+        id: int | str
+        instances: list[Instance]
+        triplets: list[tuple[int, int, int]]
+        ng_triplets: list[tuple[int, int, int]] | None = None
+        triplet_scores: list[float] | None = None
+        ng_triplet_scores: list[float] | None = None
+        seg_filename: str | None = None
+
+    return functools.partial(_file_record, msgspec.json.Decoder(Record).decode)
+
+
+def _file_record(decode, text):
+    """FileRecord of a record's text by decode (typed_record_decoder's), else ValueError."""
+    record = decode(text)
+    if record.ng_triplets is None and record.ng_triplet_scores is not None:
+        raise ValueError("ng_triplet_scores without ng_triplets")
+    instances = record.instances
+    try:
+        categories = np.fromiter([item.category for item in instances], np.int64, len(instances))
+        boxes = np.fromiter(itertools.chain.from_iterable([item.bbox for item in instances]), np.float64,
+                            4 * len(instances)).reshape(-1, 4)
+        scores = np.array([item.score for item in instances], np.float64)
+        lists = {name: (_typed_rows(rows), None if row_scores is None else np.array(row_scores, np.float64))
+                 for name, rows, row_scores in (("triplets", record.triplets, record.triplet_scores),
+                                                ("ng_triplets", record.ng_triplets, record.ng_triplet_scores))
+                 if rows is not None}
+    except OverflowError:
+        raise ValueError("an integer beyond int64") from None
+    if not (np.isfinite(boxes).all() and np.isfinite(scores).all()
+            and all(s is None or np.isfinite(s).all() for _, s in lists.values())):
+        raise ValueError("a number beyond the float range")
+    return FileRecord(record.id, (categories, boxes, scores), lists, record.seg_filename)
+
+
+def _typed_rows(rows):
+    """(N, 3) int64 of a list of 3-tuples of integers."""
+    return np.fromiter(itertools.chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+
+
 class JSONStream:
     """Reads one JSON document from a binary stream value by value: the json module's decoder runs
-    on a window of text, so memory holds one value and a chunk, not the document. An object of a
-    list whose next item starts with the same first key (an image record, a psg.json entry) is
-    first cut at the '}' before that item and decoded by FAST (msgspec) when it is installed: a
-    JSON object ends at one place only, so a cut that decodes is that end."""
+    on a window of text, so memory holds one value and a chunk, not the document. An object (an
+    image record, a psg.json entry) is first cut at the '}' that closes it (_quick_end) and
+    decoded by FAST (msgspec) when it is installed; what FAST refuses (NaN, lone surrogates, text
+    that is not JSON) the json module decodes from the window, so the values and the errors are
+    the json module's."""
 
     CHUNK = 1 << 20
     MAX_VALUE = 1 << 26  # characters of one value (an image record, a psg.json entry)
     BLANK = re.compile(r"[ \t\n\r]*")
     FIRST_KEY = re.compile(r'\{[ \t\n\r]*("[A-Za-z_]{1,32}")[ \t\n\r]*:')
+    MAX_MISSES = 8  # objects that end in the window without a quick cut (see _quick_end)
+    STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a string after its opening '"'
     FAST = fast_json_decoder()
 
     def __init__(self, stream):
-        self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
+        self.stream, self.text, self.pos, self.offset, self.eof, self.misses = stream, "", 0, 0, False, 0
         self.utf8, self.decoder = codecs.getincrementaldecoder("utf-8-sig")(), json.JSONDecoder()
 
     def _more(self):
@@ -2061,9 +2131,10 @@ class JSONStream:
         self.pos += 1
         return character
 
-    def value(self):
+    def value(self, typed=None):
+        """The next value; an object that ``typed`` (a decoder of its text) accepts is typed's value."""
         if self.peek() == "{" and self.FAST is not None:
-            fast = self._fast_object()
+            fast = self._fast_object(typed)
             if fast is not None:
                 return fast
         while True:
@@ -2078,23 +2149,96 @@ class JSONStream:
                     raise self._error(error.msg, error.pos) from None
             self._more()
 
-    def _fast_object(self):
-        """The object at pos, decoded by FAST when the next item of its list starts with its first
-        key (else, or when that cut does not decode, None)."""
-        first = self.FIRST_KEY.match(self.text, self.pos)
-        following = first and _next_item_pattern(first.group(1)).search(self.text, first.end())
-        if not following:
-            return None
-        try:
-            value = self.FAST(self.text[self.pos:following.start() + 1])
-        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
-            return None
-        self.pos = following.start() + 1
-        return value
+    def _fast_object(self, typed):
+        """The object at pos decoded by typed, else by FAST (None when neither decodes its cut)."""
+        end = self._quick_end()
+        for decode in (typed, self.FAST) if end is not None else ():
+            try:
+                value = decode(self.text[self.pos:end]) if decode is not None else None
+            except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+                continue
+            if value is not None:
+                self.pos = end
+                return value
+        return None
 
-    def members(self):
+    def _quick_end(self):
+        """The object's end: the cut before the next item of its list in the window that starts
+        with the same first key and encloses as many '{' as '}' (only a cut that decodes is taken:
+        braces in strings can mislead the count), else _object_end's. After MAX_MISSES objects that
+        ended in the window without such a cut, the stream takes _object_end's only."""
+        first = self.FIRST_KEY.match(self.text, self.pos) if self.misses < self.MAX_MISSES else None
+        if first:
+            pattern, window_end = _next_item_pattern(first.group(1)), len(self.text) - self.pos
+            end = self._balanced_cut(pattern, first.end())
+            if end is not None:
+                return end
+        end = self._object_end()
+        if first and end is not None and end - self.pos <= window_end:
+            self.misses += 1
+        return end
+
+    def _balanced_cut(self, pattern, start):
+        """The first match of pattern after start where the text from pos to its '}' holds as many
+        '{' as '}' (the end after that '}'), else None."""
+        opened = closed = 0
+        last = self.pos
+        for match in pattern.finditer(self.text, start):
+            cut = match.start() + 1
+            opened, closed = opened + self.text.count("{", last, cut), closed + self.text.count("}", last, cut)
+            if opened == closed:
+                return cut
+            last = cut
+        return None
+
+    def _object_end(self):
+        """Where the object at pos ends, after the '}' that closes its first '{' (braces in strings
+        do not count), reading more text while the window ends first; None at the end of the text
+        or at the length limit (the json module then reads the value, or words the error). A cut
+        that FAST decodes is the object's end: a JSON value ends at one place only."""
+        depth, at = 0, self.pos
+        while True:
+            end, at, depth = self._scan(at, depth)
+            if end is not None:
+                return end
+            if self.eof or len(self.text) - self.pos > self.MAX_VALUE:
+                return None
+            at -= self.pos
+            self._more()
+            at += self.pos
+
+    def _scan(self, at, depth):
+        """Count the window's braces outside strings from at, ``depth`` of them open: (the end after
+        the '}' that closes the last open one, that end, 0), or (None, where the window runs out
+        (at its end or at a string that goes on past it), the braces open there)."""
+        text, n = self.text, len(self.text)
+
+        def find(character, start):
+            found = text.find(character, start)
+            return n if found < 0 else found
+        opening, closing, quote = find("{", at), find("}", at), find('"', at)
+        while True:
+            at = min(opening, closing, quote)
+            if at == n:
+                return None, at, depth
+            if at == quote:
+                string = self.STRING_REST.match(text, at + 1)
+                if string is None:
+                    return None, at, depth
+                at = string.end()
+                opening, closing, quote = (p if p >= at else find(c, at) for p, c in
+                                           ((opening, "{"), (closing, "}"), (quote, '"')))
+            elif at == opening:
+                depth, opening = depth + 1, find("{", at + 1)
+            elif depth == 1:
+                return at + 1, at + 1, 0
+            else:
+                depth, closing = depth - 1, find("}", at + 1)
+
+    def members(self, typed=None):
         """(key, value) of the top-level object in order; a list value is an iterator over its
-        items, which must be consumed before the next key."""
+        items, which must be consumed before the next key. typed: {key: a decoder of the text of
+        that list's object items} (see value)."""
         self.expect("{", "'{'")
         if self.peek() == "}":
             self.pos += 1
@@ -2104,7 +2248,7 @@ class JSONStream:
                 raise self._error("expecting a field name")
             key = self.value()
             self.expect(":", "':'")
-            items = self.items() if self.peek() == "[" else None
+            items = self.items((typed or {}).get(key)) if self.peek() == "[" else None
             yield key, self.value() if items is None else items
             collections.deque(items or (), maxlen=0)  # the rest of a list the caller did not read
             if self.expect(",}", "',' or '}'") == "}":
@@ -2112,13 +2256,13 @@ class JSONStream:
         if self.peek():
             raise self._error("extra data after the JSON document")
 
-    def items(self):
+    def items(self, typed=None):
         self.expect("[", "'['")
         if self.peek() == "]":
             self.pos += 1
             return
         while True:
-            yield self.value()
+            yield self.value(typed)
             if self.expect(",]", "',' or ']'") == "]":
                 return
 
@@ -2165,7 +2309,7 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
     pred_path, version, seen_images, seen = source.path, None, False, set()
     try:
         with source.open(name) as stream:
-            for key, value in JSONStream(stream).members():
+            for key, value in JSONStream(stream).members(typed={"images": typed_record_decoder()}):
                 if key == "version":
                     version = value
                     if type(version) is not int or version != 1:  # true is not 1
@@ -2191,43 +2335,55 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
 
 
 def _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen, problems):
-    """One image record of a file: its JSON decoded to arrays, then checked_prediction (the check
-    Evaluator.update's arrays pass) -> PredImage, or None after appending its problems."""
-    if not isinstance(record, dict) or type(record.get("id")) not in (int, str):
+    """One image record of a file (a FileRecord, or its JSON values when it has another shape):
+    decoded to arrays, then checked_prediction (the check Evaluator.update's arrays pass) ->
+    PredImage, or None after appending its problems."""
+    typed = isinstance(record, FileRecord)
+    record_id = record.id if typed else record.get("id") if isinstance(record, dict) else None
+    if type(record_id) not in (int, str):
         problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
         return None
-    image_id = str(record["id"])
+    image_id = str(record_id)
     where = f"{pred_path}: image {image_id}"
     if image_id in seen:
         problems.append(f"{where}: duplicate image id")
         return None
     seen.add(image_id)
-    instances = _instances(record, where, mode, problems)
-    if "triplets" not in record:
-        problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
-        return None
     before = len(problems)
-    lists = _record_lists(record, where, problems)  # the lists that decode (every problem is reported)
-    if instances is None:
+    parts = (record.instances, record.lists) if typed else _json_parts(record, where, mode, problems)
+    if parts is None:
         return None
-    pred = checked_prediction(image_id, where, Decoded(*instances, lists, "bbox"), n_objects, n_predicates, mode,
-                              problems)
+    (categories, boxes, scores), lists = parts
+    pred = checked_prediction(image_id, where, Decoded(categories, None if mode == "mask" else boxes, scores, lists,
+                                                       "bbox"), n_objects, n_predicates, mode, problems)
     if len(problems) > before:
         return None
-    before, seg_filename = len(problems), record.get("seg_filename")
-    if mode == "mask" and len(instances[0]):
+    before = len(problems)
+    seg_filename = record.seg_filename if typed else record.get("seg_filename")
+    if mode == "mask" and len(categories):
         if not isinstance(seg_filename, str) or not seg_filename:
             problems.append(f"{where}: field 'seg_filename' is required in mask mode")
         elif unsafe_member(seg_filename):
             problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
         elif members is not None and seg_filename not in members:
             problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-    panoptic = record_panoptic(record.get("panoptic"), where, members, n_objects, mode, problems)
+    panoptic = None if typed else record_panoptic(record.get("panoptic"), where, members, n_objects, mode, problems)
     if pred is None or len(problems) > before:
         return None
     pred.seg_filename = seg_filename if isinstance(seg_filename, str) else None
     pred.panoptic = panoptic
     return pred
+
+
+def _json_parts(record, where, mode, problems):
+    """((categories, boxes, scores), lists) of a record's JSON values (see _instances and
+    _record_lists), or None after appending their problems."""
+    instances = _instances(record, where, mode, problems)
+    if "triplets" not in record:
+        problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
+        return None
+    lists = _record_lists(record, where, problems)  # the lists that decode (every problem is reported)
+    return None if instances is None else (instances, lists)
 
 
 def _record_lists(record, where, problems):

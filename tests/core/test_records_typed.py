@@ -1,0 +1,204 @@
+"""Reading a prediction file's records: JSONStream cuts every object at its own '}' (also across
+chunk ends and past nested lists whose items start with the same key), and a record in the usual
+shape is decoded by a typed schema; every other record takes the JSON values' path. Each of the
+three readers (typed, msgspec's untyped values, the json module alone) gives the same PredImage
+arrays and the same problems, in the same order, on usual and hostile records."""
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import sgeval
+
+msgspec = pytest.importorskip("msgspec")
+
+
+class CountingDecoder:
+    """The json module's decoder, noting the first character of every value it decodes."""
+
+    def __init__(self):
+        self.decoder, self.starts = json.JSONDecoder(), []
+
+    def raw_decode(self, text, pos):
+        self.starts.append(text[pos])
+        return self.decoder.raw_decode(text, pos)
+
+
+def _stream_values(data, monkeypatch, chunk):
+    monkeypatch.setattr(sgeval.JSONStream, "CHUNK", chunk)
+    stream = sgeval.JSONStream(io.BytesIO(data))
+    stream.decoder = CountingDecoder()
+    values = [(key, list(value) if hasattr(value, "__next__") else value) for key, value in stream.members()]
+    _stream_values.misses = stream.misses
+    return values, stream.decoder.starts
+
+
+NESTED = {"version": 1, "images": [
+    {"id": 1, "panoptic": {"file": "1.png", "segments": [{"id": 1, "category": 2}, {"id": 2, "category": 3}]},
+     "triplets": [[0, 1, 2]] * 40},
+    {"id": "two", "row_lists": {"a": {"triplets": [[1, 2, 3]]}}, "instances": [{"id": 5}, {"id": 6}]},
+    {"id": 3, "s": "} , {\"id\": 4", "t": []}]}
+
+
+@pytest.mark.parametrize("chunk", [5, 64, 333, 1 << 20])
+def test_every_record_is_cut_by_the_fast_path(chunk, monkeypatch):
+    data = json.dumps(NESTED).encode()
+    values, starts = _stream_values(data, monkeypatch, chunk)
+    assert values == list(NESTED.items())
+    assert "{" not in starts  # no record (nor a nested object) went to the json module
+    assert _stream_values.misses <= 1  # the last record
+
+
+@pytest.mark.parametrize("text", ['{"id": 1, "s": "{{{"}', '{"id": 1, "s": "}}"}', '{"id": 1, "s": "\\"}"}',
+                                  '{"id": 1, "s": NaN}', '{"id": 1, "s": "\\udd1e"}', '{"a\\u0022": 1}'])
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_braces_in_strings_and_refused_values(text, chunk, monkeypatch):
+    data = ('{"images": [' + ", ".join([text, '{"id": 2, "x": [{"id": 7}]}'] * 12) + "]}").encode()
+    values, _ = _stream_values(data, monkeypatch, chunk)
+    monkeypatch.setattr(sgeval.JSONStream, "FAST", None)
+    assert values == _stream_values(data, monkeypatch, chunk)[0]
+
+
+def test_a_stream_of_misleading_records_stays_linear(monkeypatch):
+    """Records whose strings hold '{': the quick cut never balances; after a few, the stream
+    counts braces outside strings only and still decodes every record with msgspec."""
+    records = [{"id": i, "s": "{", "t": [[1, 2, 3]] * 20} for i in range(200)]
+    values, starts = _stream_values(json.dumps({"images": records}).encode(), monkeypatch, 256)
+    assert values == [("images", records)] and "{" not in starts
+    assert _stream_values.misses == sgeval.JSONStream.MAX_MISSES
+
+
+def _record(**edit):
+    record = {"id": "7", "instances": [{"category": 1, "bbox": [0, 0, 5.5, 6], "score": 0.5},
+                                       {"category": 2, "bbox": [1, 1, 3, 3], "score": 1}],
+              "triplets": [[0, 1, 2], [1, 0, 0]], "ng_triplets": [[0, 1, 2]],
+              "triplet_scores": [0.5, 1], "ng_triplet_scores": [0.25], "seg_filename": "7.tiff"}
+    for key, value in edit.items():
+        if value is ...:
+            record.pop(key)
+        else:
+            record[key] = value
+    return record
+
+
+def _instance(**edit):
+    return {**{"category": 1, "bbox": [0, 0, 2, 2], "score": 0.5}, **edit}
+
+
+BIG = 10 ** 400
+HOSTILE = {
+    "usual": _record(),
+    "only triplets": _record(ng_triplets=..., triplet_scores=..., ng_triplet_scores=..., seg_filename=...),
+    "empty": _record(instances=[], triplets=[], ng_triplets=[], triplet_scores=[], ng_triplet_scores=[]),
+    "int id": _record(id=12345678901234567890123),
+    "bool id": _record(id=True), "float id": _record(id=1.0), "null id": _record(id=None),
+    "bool category": _record(instances=[_instance(category=True)]),
+    "float category": _record(instances=[_instance(category=1.0)]),
+    "category beyond int64": _record(instances=[_instance(category=2 ** 63)]),
+    "category far beyond": _record(instances=[_instance(category=BIG)]),
+    "negative category": _record(instances=[_instance(category=-1)], triplets=[], ng_triplets=...),
+    "box of 3": _record(instances=[_instance(bbox=[1, 2, 3])]),
+    "box of bools": _record(instances=[_instance(bbox=[0, 0, True, 1])]),
+    "null box": _record(instances=[_instance(bbox=None)]),
+    "no box": _record(instances=[{"category": 1, "score": 0.5}], triplets=[], ng_triplets=...),
+    "box x2 < x1": _record(instances=[_instance(bbox=[3, 0, 1, 2])], triplets=[], ng_triplets=...),
+    "box beyond float": _record(instances=[_instance(bbox=[0, 0, BIG, 1])], triplets=[], ng_triplets=...),
+    "box 1e400": "1e400",
+    "huge integers as numbers": _record(instances=[_instance(bbox=[0, 0, 2 ** 64 + 1, 10 ** 30], score=10 ** 300 + 1)],
+                                        triplets=[], ng_triplets=..., triplet_scores=..., ng_triplet_scores=...),
+    "precise floats": _record(triplet_scores=[0.1 + 0.2, 2.2250738585072014e-308], ng_triplet_scores=[5e-324]),
+    "NaN score": "NaN",
+    "null score": _record(instances=[_instance(score=None)], triplets=[], ng_triplets=...),
+    "no score": _record(instances=[{"category": 1, "bbox": [0, 0, 1, 1]}], triplets=[], ng_triplets=...),
+    "bool score": _record(instances=[_instance(score=False)], triplets=[], ng_triplets=...),
+    "float row": _record(triplets=[[0, 1, 2.0]]), "bool row": _record(triplets=[[0, 1, True]]),
+    "row of 4": _record(triplets=[[0, 1, 2, 3]]), "row beyond int64": _record(triplets=[[0, 1, 2 ** 64]]),
+    "row out of range": _record(triplets=[[0, 5, 2]]),
+    "null triplets": _record(triplets=None), "no triplets": _record(triplets=...),
+    "null ng_triplets": _record(ng_triplets=None, ng_triplet_scores=...), "ng scores alone": _record(ng_triplets=None),
+    "scores for fewer rows": _record(triplet_scores=[0.5]),
+    "a bool score of a row": _record(triplet_scores=[0.5, True]),
+    "row score beyond float": _record(triplet_scores=[0.5, BIG]),
+    "annotation": _record(annotation=[]), "a field more": _record(note="hi"),
+    "panoptic": _record(panoptic={"file": "p.png", "segments": [{"id": 1, "category": 1}]}),
+    "numeric seg_filename": _record(seg_filename=5), "empty seg_filename": _record(seg_filename=""),
+    "seg_filename with ..": _record(seg_filename="../7.tiff"),
+    "categories": {"id": "7", "categories": [1, 2], "bboxes": [[0, 0, 1, 1], [0, 0, 2, 2]], "triplets": [[0, 1, 2]]},
+    "a lone surrogate": "surrogate", "duplicate key": "duplicate",
+}
+TEXT = {"1e400": '"bbox": [0, 0, 1e400, 1]', "NaN": '"score": NaN', "surrogate": '"seg_filename": "\\udd1e"',
+        "duplicate": '"category": 1.5, "category": 2'}
+
+
+def _records_text(name):
+    """The triplets.json text of three records: a usual one, the hostile one (twice: the second is a
+    duplicate id), a usual one."""
+    record = HOSTILE[name]
+    if isinstance(record, str):
+        text = json.dumps(_record(instances=[_instance()], triplets=[], ng_triplets=...))
+        text = text.replace('"score": 0.5', TEXT[record]) if record != "1e400" else \
+            text.replace('"bbox": [0, 0, 2, 2]', TEXT[record])
+        text = text.replace('"seg_filename": "7.tiff"', TEXT[record]) if record == "surrogate" else text
+    else:
+        text = json.dumps(record)
+    first, last = json.dumps(_record(id="first")), json.dumps(_record(id="last"))
+    return '{"version": 1, "images": [' + ", ".join([first, text, text, last]) + "]}"
+
+
+def _read(tmp_path, text, mode):
+    path = tmp_path / "pred.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("triplets.json", text)
+        archive.writestr("7.tiff", b"")
+    problems = []
+    _, records = sgeval.prediction_records(str(path), 3, 3, mode, problems)
+    return [_fields(pred) for pred in records], list(problems)
+
+
+def _fields(pred):
+    def plain(value):
+        if isinstance(value, np.ndarray):
+            return value.dtype.str, value.shape, value.tobytes()
+        if isinstance(value, dict):
+            return sorted((key, plain(item)) for key, item in value.items())
+        return tuple(map(plain, value)) if isinstance(value, tuple) else repr(value)
+    return [(name, plain(getattr(pred, name))) for name in vars(pred)]
+
+
+@pytest.mark.parametrize("mode", ["box", "mask"])
+@pytest.mark.parametrize("name", HOSTILE)
+def test_typed_untyped_and_json_readers_agree(name, mode, tmp_path, monkeypatch):
+    text = _records_text(name)
+    typed = _read(tmp_path, text, mode)
+    monkeypatch.setattr(sgeval, "typed_record_decoder", lambda: None)
+    untyped = _read(tmp_path, text, mode)
+    monkeypatch.setattr(sgeval.JSONStream, "FAST", None)
+    assert typed == untyped == _read(tmp_path, text, mode)
+
+
+def test_the_usual_record_takes_the_typed_path(tmp_path, monkeypatch):
+    kinds, record = [], sgeval._record
+    monkeypatch.setattr(sgeval, "_record", lambda value, *args: kinds.append(type(value)) or record(value, *args))
+    assert len(_read(tmp_path, _records_text("usual"), "mask")[0]) == 3
+    assert kinds == [sgeval.FileRecord] * 4
+
+
+def test_the_typed_decoder():
+    decode = sgeval.typed_record_decoder()
+    record = decode(json.dumps(_record()))
+    assert isinstance(record, sgeval.FileRecord) and record.id == "7" and record.seg_filename == "7.tiff"
+    categories, boxes, scores = record.instances
+    assert categories.dtype == np.int64 and boxes.shape == (2, 4) and scores.tolist() == [0.5, 1.0]
+    assert record.lists["triplets"][0].tolist() == [[0, 1, 2], [1, 0, 0]]
+    for name in ("huge integers as numbers", "precise floats", "empty", "int id", "only triplets"):
+        assert isinstance(decode(json.dumps(HOSTILE[name])), sgeval.FileRecord)
+    for name in ("a field more", "null score", "row beyond int64", "box beyond float", "bool category"):
+        with pytest.raises(ValueError):
+            decode(json.dumps(HOSTILE[name]))
+
+
+def test_without_msgspec_there_is_no_typed_decoder(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "msgspec", None)  # import msgspec raises ImportError
+    assert sgeval.typed_record_decoder.__wrapped__() is None and sgeval.fast_json_decoder() is None
