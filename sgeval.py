@@ -218,6 +218,14 @@ class ProblemList(list):
     def __len__(self):
         return self.count
 
+    def move_to(self, other):
+        """Append these lines to another ProblemList (the uncounted ones counted there) and empty this one."""
+        dropped = self.count - super().__len__()
+        other.extend(list(self))
+        other.count += dropped
+        self.clear()
+        self.count = 0
+
 
 def env_count(name, default, low=0, high=1 << 40):
     """The whole number in environment variable name (default when it is unset or empty), read
@@ -1102,34 +1110,31 @@ class Evaluator:
         """Update with every record of a prediction file, evaluated in the file's order as the
         records are read (in ``workers`` processes, default the config's, which send back each
         image's pack_record); records of images outside the evaluated ones are counted as extra.
-        Raises SGEvalError with every problem of the records and of the masks."""
+        Raises SGEvalError with every problem of the records and of the masks. With workers and
+        msgspec, the main process checks the records' JSON and ids only; the workers decode and
+        check the records of the evaluated images (their problems join in the file's order)."""
         self._drain()
         gt, settings, problems = self.gt, self.settings, ProblemList()
         gt_cache = self.gt_cache and GTCache(self.gt_cache.folder)  # one pass: the folder, no memory
-        source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
-                                             problems)
-        self.converted_task = converted_task(pred_path) if source.kind == "zip" else None
-
-        def tasks():
-            for pred in records:
-                slot = self.slot_of.get(pred.image_id)
-                if slot is None and pred.image_id in gt.skipped:
-                    self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
-                elif slot is None:
-                    self.other_records += 1
-                elif found := protocol_problems(pred, gt.images[slot], settings, f"{pred_path}: image {pred.image_id}"):
-                    problems.extend(found)
-                elif not problems:  # after a problem: only check the rest
-                    yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
-
-        image_problems, done = {}, 0
         workers = self.config.workers if workers is None else workers
+        handoff = self.slot_of.__contains__ if workers > 1 and record_text_decoder() else None
+        read = ProblemList() if handoff else problems  # handed off: moved to problems as the results come
+        source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
+                                             read, handoff)
+        self.converted_task = converted_task(pred_path) if source.kind == "zip" else None
+        image_problems, done, earlier = {}, 0, collections.deque() if handoff else None
         if workers > 1:
             popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
         gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
         try:
-            for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers,
-                                                            after_batch=flush_worker_gt_caches):
+            tasks = self._file_tasks(records, pred_path, source, gt_cache, read, earlier)
+            for slot, digest, record_problems, found, values in map_in_order(
+                    _evaluate_record, tasks, workers, after_batch=flush_worker_gt_caches):
+                if handoff:
+                    earlier.popleft().move_to(problems)
+                    problems.extend(record_problems)
+                    if problems:  # after a problem: only check the rest
+                        continue
                 if found:
                     image_problems[slot] = found
                 else:
@@ -1137,6 +1142,8 @@ class Evaluator:
                 done += 1
                 if progress:
                     progress(done, len(gt.images))
+            if handoff:
+                read.move_to(problems)
         finally:
             gc.unfreeze()
             source.close()
@@ -1147,6 +1154,33 @@ class Evaluator:
             raise SGEvalError(problems)
         for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
             progress(done, len(gt.images))
+
+    def _file_tasks(self, records, pred_path, source, gt_cache, problems, earlier):
+        """update_file's items for _evaluate_record, from prediction_records' records: the extra
+        and other records counted, protocol problems appended to problems. earlier: None (after a
+        problem, no more items), or a deque that gets problems' lines before each item (moved)."""
+        gt, settings, n_objects = self.gt, self.settings, len(self.gt.object_classes)
+        for pred in records:
+            slot = self.slot_of.get(pred.image_id)
+            if isinstance(pred, RecordText):
+                task = ImageTask(gt.images[slot], None, source, settings, gt_cache)
+            elif slot is None and pred.image_id in gt.skipped:
+                self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
+                continue
+            elif slot is None:
+                self.other_records += 1
+                continue
+            elif found := protocol_problems(pred, gt.images[slot], settings, f"{pred_path}: image {pred.image_id}"):
+                problems.extend(found)
+                continue
+            elif earlier is None and problems:  # after a problem: only check the rest
+                continue
+            else:
+                task, pred = ImageTask(gt.images[slot], pred, source, settings, gt_cache), None
+            if earlier is not None:
+                earlier.append(ProblemList())
+                problems.move_to(earlier[-1])
+            yield slot, task, pred, n_objects
 
     def _evaluate(self, slot, pred):
         """pack_record of one checked update (in one of the Evaluator's threads)."""
@@ -1987,6 +2021,13 @@ class PredSource:
             with zipfile.ZipFile(self.path) as archive:
                 return archive.namelist()
 
+    def member_set(self):
+        """set(members()), read once (None for a directory or a .json file)."""
+        if not hasattr(self, "_member_set"):
+            members = self.members()
+            self._member_set = None if members is None else set(members)
+        return self._member_set
+
     def close(self):
         if self._zip is not None:
             self._zip.close()
@@ -2084,6 +2125,59 @@ def _file_record(decode, text):
 def _typed_rows(rows):
     """(N, 3) int64 of a list of 3-tuples of integers."""
     return np.fromiter(itertools.chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+
+
+class RecordText(typing.NamedTuple):
+    """An image record's text that msgspec found to be JSON (record_text_decoder), its id an
+    integer or a string (prediction_records makes it the image id and sets the index)."""
+
+    image_id: int | str
+    text: str
+    index: int | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def record_text_decoder():
+    """A decoder of an image record's text -> RecordText, when msgspec is installed (else None):
+    msgspec checks that the text is JSON (what it refuses, the json module decodes as before)
+    and reads its id; it raises ValueError where the id is not an integer or a string, and where
+    the text has a run of digits longer than the json module decodes as an integer (then the
+    json module words the error where it meets it)."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+
+    class RecordId(msgspec.Struct):
+        id: int | str
+
+    decode, limit = msgspec.json.Decoder(RecordId).decode, getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    zeros, digits = "0" * (limit + 1), str.maketrans("123456789", "000000000")
+
+    def record_text(text):
+        record_id = decode(text).id
+        if limit and zeros in text.translate(digits):
+            raise ValueError("a run of more digits than the json module decodes as an integer")
+        return RecordText(record_id, text)
+    return record_text
+
+
+def decoded_record(text):
+    """The record of a RecordText's text as JSONStream gives it: a FileRecord, or its JSON values.
+    (The decoders nest as deep as the recursion limit lets them: with the limit raised a little,
+    they decode whatever record_text_decoder accepted a few frames less deep.)"""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + 100)
+    try:
+        for decode in (typed_record_decoder(), JSONStream.FAST):
+            try:
+                if decode is not None:
+                    return decode(text)
+            except (ValueError, RecursionError):
+                continue
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 class JSONStream:
@@ -2280,11 +2374,13 @@ READ_ERRORS = (OSError, KeyError, ValueError, EOFError, RuntimeError, NotImpleme
                zipfile.BadZipFile)
 
 
-def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
+def prediction_records(pred_path, n_objects, n_predicates, mode, problems, handoff=None):
     """Read a prediction: returns (PredSource, iterator of its valid PredImage records in file
     order). triplets.json is read incrementally, one image record in memory at a time; problems
     with records are appended to ``problems`` (the iterator goes on to find them all); an
-    unreadable file or a wrong version raises SGEvalError."""
+    unreadable file or a wrong version raises SGEvalError. handoff: None, or a function of an
+    image id; a record whose text msgspec finds to be JSON and whose id handoff accepts comes as
+    a RecordText instead (its id checked, the rest not decoded: see _evaluate_record)."""
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
     if not os.path.isdir(pred_path):
@@ -2302,14 +2398,15 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     problems.extend(f"{pred_path}: ZIP member '{m}' appears {n} times (which one is meant?)"
                     for m, n in sorted(collections.Counter(members or ()).items()) if n > 1)
     return source, _records(source, name, None if members is None else set(members), n_objects, n_predicates,
-                            mode, problems)
+                            mode, problems, handoff)
 
 
-def _records(source, name, members, n_objects, n_predicates, mode, problems):
+def _records(source, name, members, n_objects, n_predicates, mode, problems, handoff=None):
     pred_path, version, seen_images, seen = source.path, None, False, set()
+    decoder = record_text_decoder() if handoff else typed_record_decoder()
     try:
         with source.open(name) as stream:
-            for key, value in JSONStream(stream).members(typed={"images": typed_record_decoder()}):
+            for key, value in JSONStream(stream).members(typed={"images": decoder}):
                 if key == "version":
                     version = value
                     if type(version) is not int or version != 1:  # true is not 1
@@ -2317,8 +2414,14 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
                 elif key == "images" and not seen_images and isinstance(value, collections.abc.Iterator):
                     seen_images = True
                     for index, record in enumerate(value):
-                        pred = _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen,
-                                       problems)
+                        if isinstance(record, RecordText) and not handoff(str(record.image_id)):
+                            record = decoded_record(record.text)
+                        if isinstance(record, RecordText):
+                            image_id = _new_id(record.image_id, index, pred_path, seen, problems)
+                            pred = None if image_id is None else record._replace(image_id=image_id, index=index)
+                        else:
+                            pred = _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen,
+                                           problems)
                         if pred is not None:
                             yield pred
                 elif key == "images":
@@ -2339,17 +2442,11 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     decoded to arrays, then checked_prediction (the check Evaluator.update's arrays pass) ->
     PredImage, or None after appending its problems."""
     typed = isinstance(record, FileRecord)
-    record_id = record.id if typed else record.get("id") if isinstance(record, dict) else None
-    if type(record_id) not in (int, str):
-        problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
+    image_id = _new_id(record.id if typed else record.get("id") if isinstance(record, dict) else None, index,
+                       pred_path, seen, problems)
+    if image_id is None:
         return None
-    image_id = str(record_id)
-    where = f"{pred_path}: image {image_id}"
-    if image_id in seen:
-        problems.append(f"{where}: duplicate image id")
-        return None
-    seen.add(image_id)
-    before = len(problems)
+    where, before = f"{pred_path}: image {image_id}", len(problems)
     parts = (record.instances, record.lists) if typed else _json_parts(record, where, mode, problems)
     if parts is None:
         return None
@@ -2373,6 +2470,20 @@ def _record(record, index, pred_path, members, n_objects, n_predicates, mode, se
     pred.seg_filename = seg_filename if isinstance(seg_filename, str) else None
     pred.panoptic = panoptic
     return pred
+
+
+def _new_id(record_id, index, pred_path, seen, problems):
+    """str of a record's id when it is an integer or a string not in seen (then added to it), else
+    None after appending the problem."""
+    if type(record_id) not in (int, str):
+        problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
+        return None
+    image_id = str(record_id)
+    if image_id in seen:
+        problems.append(f"{pred_path}: image {image_id}: duplicate image id")
+        return None
+    seen.add(image_id)
+    return image_id
 
 
 def _json_parts(record, where, mode, problems):
@@ -5324,6 +5435,27 @@ def _map_batch(function, items, after_batch=None):
     if after_batch is not None:
         after_batch()
     return results
+
+
+def _evaluate_record(item):
+    """(slot, ImageTask, RecordText or None, number of object categories) -> (slot,
+    prediction_digest or None, the record's problems, the image's problems, pack_record or None):
+    the unit of work of Evaluator.update_file. A RecordText is decoded and checked here as
+    prediction_records checks a record (its id it checked), then for its protocol problems; it is
+    evaluated when it has none."""
+    slot, task, record, n_objects = item
+    found = []
+    if record is not None:
+        settings, path = task.settings, task.source.path
+        members = task.source.member_set() if settings.mode == "mask" else None
+        pred = _record(decoded_record(record.text), record.index, path, members, n_objects, settings.n_predicates,
+                       settings.mode, set(), found)
+        found += [] if pred is None else protocol_problems(pred, task.gt, settings, f"{path}: image {pred.image_id}")
+        if found or pred is None:
+            return slot, None, found, [], None
+        task = task._replace(pred=pred)
+    slot, digest, problems, values = _evaluate_slot((slot, task))
+    return slot, digest, found, problems, values
 
 
 def _evaluate_slot(item):

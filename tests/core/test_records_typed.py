@@ -4,13 +4,14 @@ shape is decoded by a typed schema; every other record takes the JSON values' pa
 three readers (typed, msgspec's untyped values, the json module alone) gives the same PredImage
 arrays and the same problems, in the same order, on usual and hostile records."""
 
+import copy
 import io
 import json
 import zipfile
 
 import numpy as np
 import pytest
-from conftest import sgeval
+from conftest import edit_zip, perfect_case, pred_record, rewrite_json, sgeval, zip_member
 
 msgspec = pytest.importorskip("msgspec")
 
@@ -202,3 +203,101 @@ def test_the_typed_decoder():
 def test_without_msgspec_there_is_no_typed_decoder(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "msgspec", None)  # import msgspec raises ImportError
     assert sgeval.typed_record_decoder.__wrapped__() is None and sgeval.fast_json_decoder() is None
+
+
+# ------------------------------------------------------------------ update_file's workers decode the records
+
+
+def _variant(name):
+    """An edit of perfect_case's triplets.json: its records reordered, broken, repeated, unknown."""
+    def edit(data):
+        r101, r102, r103 = (copy.deepcopy(pred_record(data, image_id)) for image_id in ("101", "102", "103"))
+        other = {**copy.deepcopy(r101), "id": "999"}
+        if name == "valid":
+            data["images"] = [r103, other, r101, {**r102, "note": "\udd1e"}]  # 102: the json module reads it
+        elif name == "problems":
+            bad_other = {**copy.deepcopy(r102), "id": 998, "triplets": [[0, 9, 0]]}
+            data["images"] = [r101, {**r102, "triplets": [[0, 5, 0]]}, {**r101}, bad_other, {"id": True},
+                              {**r103, "instances": [{**r103["instances"][0], "score": float("nan")}]}, other,
+                              {**r103, "triplet_scores": [0.5, 0.5]}]
+        elif name == "many":  # more problems than are kept (MAX_PROBLEMS 5): the kept ones and the count
+            bad = {**r102, "triplets": [[0, 1, 99]]}
+            data["images"] = [{**r101, "triplets": [[0, 1, 99]]}] + [{**bad, "id": f"u{i}"} for i in range(7)] + [
+                bad, {**r103, "triplets": [[0, 1, 99]]}]
+        elif name == "masks":  # 101's TIFF is evaluated (its problem reported), 103's is not (after 102's)
+            data["images"] = [{**r101, "seg_filename": "bad.tiff"}, {**r102, "triplets": [[0, 1, 99]]},
+                              {**r103, "seg_filename": "bad.tiff"}]
+        else:  # a problem in the last record only: every other image is evaluated
+            data["images"] = [r101, r102, {**r103, "triplets": [[0, 1, 99]]}]
+    return edit
+
+
+@pytest.mark.parametrize("mode", ["mask", "box"])
+@pytest.mark.parametrize("name", ["valid", "problems", "last", "masks", "many"])
+def test_workers_decode_records_as_the_main_process_does(name, mode, tmp_path, monkeypatch):
+    values = perfect_case(tmp_path, mode=mode)
+    rewrite_json(values["pred"], _variant(name))
+    if mode == "mask":
+        edit_zip(values["pred"], {"bad.tiff": b"not a TIFF"})
+    monkeypatch.setattr(sgeval, "MAX_PROBLEMS", 5)
+    handed, file_tasks = [], sgeval.Evaluator._file_tasks
+
+    def noting(self, *args):
+        for item in file_tasks(self, *args):
+            handed.append(item[2] is not None)  # a RecordText: decoded and checked in a worker
+            yield item
+    monkeypatch.setattr(sgeval.Evaluator, "_file_tasks", noting)
+
+    def outcome(workers):
+        evaluator = sgeval.Evaluator(sgeval.make_config({**values, "workers": 1}))
+        try:
+            evaluator.update_file(values["pred"], workers=workers)
+        except sgeval.SGEvalError as error:
+            return error.problems, evaluator.other_records
+        state = evaluator.state_dict()
+        return repr({key: value.tolist() if hasattr(value, "tolist") else value for key, value in state.items()})
+    serial = outcome(1)
+    assert not any(handed)
+    assert outcome(2) == serial and any(handed)
+    if name == "valid":
+        assert "'other_records': 1" in serial
+    if name == "many":
+        assert serial[0][-1].startswith("... and 5 more problems")
+    if name == "masks" and mode == "mask":
+        assert len(serial[0]) == 2 and "image 101" in serial[0][1] and "image 102" in serial[0][0]
+
+
+def _edit_text(path, old, new):
+    if str(path).endswith(".zip"):
+        edit_zip(path, {"triplets.json": zip_member(path, "triplets.json").replace(old, new, 1)})
+    else:
+        data = open(path, "rb").read()
+        open(path, "wb").write(data.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("mode", ["mask", "box"])
+@pytest.mark.parametrize("extra", [b'"x": ' + b"7" * 5000, b'"x": [' + b"1" * 5000 + b".5]", b'"y": ' + b"[" * 600 + b"]" * 600,
+                                   b'"y": ' + b"[" * 5000 + b"]" * 5000, b'"x": "\\udd1e"'],
+                         ids=["a long integer", "a long float", "deep", "too deep", "a lone surrogate"])
+def test_workers_read_odd_texts_as_the_main_process_does(extra, mode, tmp_path):
+    values = perfect_case(tmp_path, mode=mode)
+    _edit_text(values["pred"], b'"id": "102"', b'"id": "102", ' + extra)
+
+    def outcome(workers):
+        evaluator = sgeval.Evaluator(sgeval.make_config({**values, "workers": 1}))
+        try:
+            evaluator.update_file(values["pred"], workers=workers)
+        except sgeval.SGEvalError as error:
+            return error.problems
+        return repr({key: value.tolist() if hasattr(value, "tolist") else value
+                     for key, value in evaluator.state_dict().items()})
+    assert outcome(2) == outcome(1)
+
+
+def test_the_record_text_decoder():
+    decode = sgeval.record_text_decoder()
+    assert decode('{"a": [1, 2.5], "id": 7}') == sgeval.RecordText(7, '{"a": [1, 2.5], "id": 7}')
+    for text in ['{"id": true}', '{"id": 1.0}', '{"x": 1}', '{"id": 1, "x": NaN}', '{"id": 1, "x": tru}',
+                 '{"id": 1, "x": ' + "9" * 5000 + "}", '{"id": "\\udd1e"}']:
+        with pytest.raises(ValueError):
+            decode(text)
