@@ -218,6 +218,14 @@ class ProblemList(list):
     def __len__(self):
         return self.count
 
+    def move_to(self, other):
+        """Append these lines to another ProblemList (the uncounted ones counted there) and empty this one."""
+        dropped = self.count - super().__len__()
+        other.extend(list(self))
+        other.count += dropped
+        self.clear()
+        self.count = 0
+
 
 def env_count(name, default, low=0, high=1 << 40):
     """The whole number in environment variable name (default when it is unset or empty), read
@@ -1101,34 +1109,31 @@ class Evaluator:
         """Update with every record of a prediction file, evaluated in the file's order as the
         records are read (in ``workers`` processes, default the config's, which send back each
         image's pack_record); records of images outside the evaluated ones are counted as extra.
-        Raises SGEvalError with every problem of the records and of the masks."""
+        Raises SGEvalError with every problem of the records and of the masks. With workers and
+        msgspec, the main process checks the records' JSON and ids only; the workers decode and
+        check the records of the evaluated images (their problems join in the file's order)."""
         self._drain()
         gt, settings, problems = self.gt, self.settings, ProblemList()
         gt_cache = self.gt_cache and GTCache(self.gt_cache.folder)  # one pass: the folder, no memory
-        source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
-                                             problems)
-        self.converted_task = converted_task(pred_path) if source.kind == "zip" else None
-
-        def tasks():
-            for pred in records:
-                slot = self.slot_of.get(pred.image_id)
-                if slot is None and pred.image_id in gt.skipped:
-                    self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
-                elif slot is None:
-                    self.other_records += 1
-                elif found := protocol_problems(pred, gt.images[slot], settings, f"{pred_path}: image {pred.image_id}"):
-                    problems.extend(found)
-                elif not problems:  # after a problem: only check the rest
-                    yield slot, ImageTask(gt.images[slot], pred, source, settings, gt_cache)
-
-        image_problems, done = {}, 0
         workers = self.config.workers if workers is None else workers
+        handoff = self.slot_of.__contains__ if workers > 1 and record_text_decoder() else None
+        read = ProblemList() if handoff else problems  # handed off: moved to problems as the results come
+        source, records = prediction_records(pred_path, len(gt.object_classes), settings.n_predicates, settings.mode,
+                                             read, handoff)
+        self.converted_task = converted_task(pred_path) if source.kind == "zip" else None
+        image_problems, done, earlier = {}, 0, collections.deque() if handoff else None
         if workers > 1:
             popcount64(np.uint64(0))  # numba's compiler is set up once here; the forked workers inherit it
         gc.freeze()  # what exists now lives to the end: the garbage collector need not walk it again
         try:
-            for slot, digest, found, values in map_in_order(_evaluate_slot, tasks(), workers,
-                                                            after_batch=flush_worker_gt_caches):
+            tasks = self._file_tasks(records, pred_path, source, gt_cache, read, earlier)
+            for slot, digest, record_problems, found, values in map_in_order(
+                    _evaluate_record, tasks, workers, after_batch=flush_worker_gt_caches):
+                if handoff:
+                    earlier.popleft().move_to(problems)
+                    problems.extend(record_problems)
+                    if problems:  # after a problem: only check the rest
+                        continue
                 if found:
                     image_problems[slot] = found
                 else:
@@ -1136,6 +1141,8 @@ class Evaluator:
                 done += 1
                 if progress:
                     progress(done, len(gt.images))
+            if handoff:
+                read.move_to(problems)
         finally:
             gc.unfreeze()
             source.close()
@@ -1146,6 +1153,33 @@ class Evaluator:
             raise SGEvalError(problems)
         for done in range(done + 1, len(gt.images) + 1) if progress else ():  # the images without a record
             progress(done, len(gt.images))
+
+    def _file_tasks(self, records, pred_path, source, gt_cache, problems, earlier):
+        """update_file's items for _evaluate_record, from prediction_records' records: the extra
+        and other records counted, protocol problems appended to problems. earlier: None (after a
+        problem, no more items), or a deque that gets problems' lines before each item (moved)."""
+        gt, settings, n_objects = self.gt, self.settings, len(self.gt.object_classes)
+        for pred in records:
+            slot = self.slot_of.get(pred.image_id)
+            if isinstance(pred, RecordText):
+                task = ImageTask(gt.images[slot], None, source, settings, gt_cache)
+            elif slot is None and pred.image_id in gt.skipped:
+                self._add(self.extra, pred.image_id, ImageRecord(prediction_digest(pred), 1, None))
+                continue
+            elif slot is None:
+                self.other_records += 1
+                continue
+            elif found := protocol_problems(pred, gt.images[slot], settings, f"{pred_path}: image {pred.image_id}"):
+                problems.extend(found)
+                continue
+            elif earlier is None and problems:  # after a problem: only check the rest
+                continue
+            else:
+                task, pred = ImageTask(gt.images[slot], pred, source, settings, gt_cache), None
+            if earlier is not None:
+                earlier.append(ProblemList())
+                problems.move_to(earlier[-1])
+            yield slot, task, pred, n_objects
 
     def _evaluate(self, slot, pred):
         """(prediction_digest, pack_record) of one checked update (in one of the Evaluator's
@@ -1987,6 +2021,13 @@ class PredSource:
             with zipfile.ZipFile(self.path) as archive:
                 return archive.namelist()
 
+    def member_set(self):
+        """set(members()), read once (None for a directory or a .json file)."""
+        if not hasattr(self, "_member_set"):
+            members = self.members()
+            self._member_set = None if members is None else set(members)
+        return self._member_set
+
     def close(self):
         if self._zip is not None:
             self._zip.close()
@@ -2019,21 +2060,144 @@ def fast_json_decoder():
     return msgspec.json.Decoder().decode
 
 
+class FileRecord(typing.NamedTuple):
+    """An image record of a prediction file in the usual shape, as arrays (typed_record_decoder)."""
+
+    id: int | str
+    instances: tuple  # (categories (P,) int64, boxes (P, 4) float64, scores (P,) float64)
+    lists: dict  # {name: (rows (N, 3) int64, scores (N,) float64 or None)}: triplets, ng_triplets when given
+    seg_filename: str | None
+
+
+@functools.lru_cache(maxsize=1)
+def typed_record_decoder():
+    """msgspec's decoder of an image record's text in the usual shape -> FileRecord, when msgspec
+    is installed (else None): instances of category, bbox and score each; triplets, ng_triplets
+    and their scores; seg_filename. It raises ValueError on any other shape (a field more or
+    missing, a null, a boolean or a float for an integer) and on numbers the arrays do not hold
+    (beyond int64 or the float range): that record is decoded by JSONStream and read by the
+    checks of its JSON values, which word the problem."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+
+    class Instance(msgspec.Struct, forbid_unknown_fields=True):
+        category: int
+        bbox: tuple[float, float, float, float]
+        score: float
+
+    class Record(msgspec.Struct, forbid_unknown_fields=True):
+        id: int | str
+        instances: list[Instance]
+        triplets: list[tuple[int, int, int]]
+        ng_triplets: list[tuple[int, int, int]] | None = None
+        triplet_scores: list[float] | None = None
+        ng_triplet_scores: list[float] | None = None
+        seg_filename: str | None = None
+
+    return functools.partial(_file_record, msgspec.json.Decoder(Record).decode)
+
+
+def _file_record(decode, text):
+    """FileRecord of a record's text by decode (typed_record_decoder's), else ValueError."""
+    record = decode(text)
+    if record.ng_triplets is None and record.ng_triplet_scores is not None:
+        raise ValueError("ng_triplet_scores without ng_triplets")
+    instances = record.instances
+    try:
+        categories = np.fromiter([item.category for item in instances], np.int64, len(instances))
+        boxes = np.fromiter(itertools.chain.from_iterable([item.bbox for item in instances]), np.float64,
+                            4 * len(instances)).reshape(-1, 4)
+        scores = np.array([item.score for item in instances], np.float64)
+        lists = {name: (_typed_rows(rows), None if row_scores is None else np.array(row_scores, np.float64))
+                 for name, rows, row_scores in (("triplets", record.triplets, record.triplet_scores),
+                                                ("ng_triplets", record.ng_triplets, record.ng_triplet_scores))
+                 if rows is not None}
+    except OverflowError:
+        raise ValueError("an integer beyond int64") from None
+    if not (np.isfinite(boxes).all() and np.isfinite(scores).all()
+            and all(s is None or np.isfinite(s).all() for _, s in lists.values())):
+        raise ValueError("a number beyond the float range")
+    return FileRecord(record.id, (categories, boxes, scores), lists, record.seg_filename)
+
+
+def _typed_rows(rows):
+    """(N, 3) int64 of a list of 3-tuples of integers."""
+    return np.fromiter(itertools.chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+
+
+class RecordText(typing.NamedTuple):
+    """An image record's text that msgspec found to be JSON (record_text_decoder), its id an
+    integer or a string (prediction_records makes it the image id and sets the index)."""
+
+    image_id: int | str
+    text: str
+    index: int | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def record_text_decoder():
+    """A decoder of an image record's text -> RecordText, when msgspec is installed (else None):
+    msgspec checks that the text is JSON (what it refuses, the json module decodes as before)
+    and reads its id; it raises ValueError where the id is not an integer or a string, and where
+    the text has a run of digits longer than the json module decodes as an integer (then the
+    json module words the error where it meets it)."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+
+    class RecordId(msgspec.Struct):
+        id: int | str
+
+    decode, limit = msgspec.json.Decoder(RecordId).decode, getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    zeros, digits = "0" * (limit + 1), str.maketrans("123456789", "000000000")
+
+    def record_text(text):
+        record_id = decode(text).id
+        if limit and zeros in text.translate(digits):
+            raise ValueError("a run of more digits than the json module decodes as an integer")
+        return RecordText(record_id, text)
+    return record_text
+
+
+def decoded_record(text):
+    """The record of a RecordText's text as JSONStream gives it: a FileRecord, or its JSON values.
+    (The decoders nest as deep as the recursion limit lets them: with the limit raised a little,
+    they decode whatever record_text_decoder accepted a few frames less deep.)"""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + 100)
+    try:
+        for decode in (typed_record_decoder(), JSONStream.FAST):
+            try:
+                if decode is not None:
+                    return decode(text)
+            except (ValueError, RecursionError):
+                continue
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 class JSONStream:
     """Reads one JSON document from a binary stream value by value: the json module's decoder runs
-    on a window of text, so memory holds one value and a chunk, not the document. An object of a
-    list whose next item starts with the same first key (an image record, a psg.json entry) is
-    first cut at the '}' before that item and decoded by FAST (msgspec) when it is installed: a
-    JSON object ends at one place only, so a cut that decodes is that end."""
+    on a window of text, so memory holds one value and a chunk, not the document. An object (an
+    image record, a psg.json entry) is first cut at the '}' that closes it (_quick_end) and
+    decoded by FAST (msgspec) when it is installed; what FAST refuses (NaN, lone surrogates, text
+    that is not JSON) the json module decodes from the window, so the values and the errors are
+    the json module's."""
 
     CHUNK = 1 << 20
     MAX_VALUE = 1 << 26  # characters of one value (an image record, a psg.json entry)
     BLANK = re.compile(r"[ \t\n\r]*")
     FIRST_KEY = re.compile(r'\{[ \t\n\r]*("[A-Za-z_]{1,32}")[ \t\n\r]*:')
+    MAX_MISSES = 8  # objects that end in the window without a quick cut (see _quick_end)
+    STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a string after its opening '"'
     FAST = fast_json_decoder()
 
     def __init__(self, stream):
-        self.stream, self.text, self.pos, self.offset, self.eof = stream, "", 0, 0, False
+        self.stream, self.text, self.pos, self.offset, self.eof, self.misses = stream, "", 0, 0, False, 0
         self.utf8, self.decoder = codecs.getincrementaldecoder("utf-8-sig")(), json.JSONDecoder()
 
     def _more(self):
@@ -2061,9 +2225,10 @@ class JSONStream:
         self.pos += 1
         return character
 
-    def value(self):
+    def value(self, typed=None):
+        """The next value; an object that ``typed`` (a decoder of its text) accepts is typed's value."""
         if self.peek() == "{" and self.FAST is not None:
-            fast = self._fast_object()
+            fast = self._fast_object(typed)
             if fast is not None:
                 return fast
         while True:
@@ -2078,23 +2243,96 @@ class JSONStream:
                     raise self._error(error.msg, error.pos) from None
             self._more()
 
-    def _fast_object(self):
-        """The object at pos, decoded by FAST when the next item of its list starts with its first
-        key (else, or when that cut does not decode, None)."""
-        first = self.FIRST_KEY.match(self.text, self.pos)
-        following = first and _next_item_pattern(first.group(1)).search(self.text, first.end())
-        if not following:
-            return None
-        try:
-            value = self.FAST(self.text[self.pos:following.start() + 1])
-        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
-            return None
-        self.pos = following.start() + 1
-        return value
+    def _fast_object(self, typed):
+        """The object at pos decoded by typed, else by FAST (None when neither decodes its cut)."""
+        end = self._quick_end()
+        for decode in (typed, self.FAST) if end is not None else ():
+            try:
+                value = decode(self.text[self.pos:end]) if decode is not None else None
+            except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+                continue
+            if value is not None:
+                self.pos = end
+                return value
+        return None
 
-    def members(self):
+    def _quick_end(self):
+        """The object's end: the cut before the next item of its list in the window that starts
+        with the same first key and encloses as many '{' as '}' (only a cut that decodes is taken:
+        braces in strings can mislead the count), else _object_end's. After MAX_MISSES objects that
+        ended in the window without such a cut, the stream takes _object_end's only."""
+        first = self.FIRST_KEY.match(self.text, self.pos) if self.misses < self.MAX_MISSES else None
+        if first:
+            pattern, window_end = _next_item_pattern(first.group(1)), len(self.text) - self.pos
+            end = self._balanced_cut(pattern, first.end())
+            if end is not None:
+                return end
+        end = self._object_end()
+        if first and end is not None and end - self.pos <= window_end:
+            self.misses += 1
+        return end
+
+    def _balanced_cut(self, pattern, start):
+        """The first match of pattern after start where the text from pos to its '}' holds as many
+        '{' as '}' (the end after that '}'), else None."""
+        opened = closed = 0
+        last = self.pos
+        for match in pattern.finditer(self.text, start):
+            cut = match.start() + 1
+            opened, closed = opened + self.text.count("{", last, cut), closed + self.text.count("}", last, cut)
+            if opened == closed:
+                return cut
+            last = cut
+        return None
+
+    def _object_end(self):
+        """Where the object at pos ends, after the '}' that closes its first '{' (braces in strings
+        do not count), reading more text while the window ends first; None at the end of the text
+        or at the length limit (the json module then reads the value, or words the error). A cut
+        that FAST decodes is the object's end: a JSON value ends at one place only."""
+        depth, at = 0, self.pos
+        while True:
+            end, at, depth = self._scan(at, depth)
+            if end is not None:
+                return end
+            if self.eof or len(self.text) - self.pos > self.MAX_VALUE:
+                return None
+            at -= self.pos
+            self._more()
+            at += self.pos
+
+    def _scan(self, at, depth):
+        """Count the window's braces outside strings from at, ``depth`` of them open: (the end after
+        the '}' that closes the last open one, that end, 0), or (None, where the window runs out
+        (at its end or at a string that goes on past it), the braces open there)."""
+        text, n = self.text, len(self.text)
+
+        def find(character, start):
+            found = text.find(character, start)
+            return n if found < 0 else found
+        opening, closing, quote = find("{", at), find("}", at), find('"', at)
+        while True:
+            at = min(opening, closing, quote)
+            if at == n:
+                return None, at, depth
+            if at == quote:
+                string = self.STRING_REST.match(text, at + 1)
+                if string is None:
+                    return None, at, depth
+                at = string.end()
+                opening, closing, quote = (p if p >= at else find(c, at) for p, c in
+                                           ((opening, "{"), (closing, "}"), (quote, '"')))
+            elif at == opening:
+                depth, opening = depth + 1, find("{", at + 1)
+            elif depth == 1:
+                return at + 1, at + 1, 0
+            else:
+                depth, closing = depth - 1, find("}", at + 1)
+
+    def members(self, typed=None):
         """(key, value) of the top-level object in order; a list value is an iterator over its
-        items, which must be consumed before the next key."""
+        items, which must be consumed before the next key. typed: {key: a decoder of the text of
+        that list's object items} (see value)."""
         self.expect("{", "'{'")
         if self.peek() == "}":
             self.pos += 1
@@ -2104,7 +2342,7 @@ class JSONStream:
                 raise self._error("expecting a field name")
             key = self.value()
             self.expect(":", "':'")
-            items = self.items() if self.peek() == "[" else None
+            items = self.items((typed or {}).get(key)) if self.peek() == "[" else None
             yield key, self.value() if items is None else items
             collections.deque(items or (), maxlen=0)  # the rest of a list the caller did not read
             if self.expect(",}", "',' or '}'") == "}":
@@ -2112,13 +2350,13 @@ class JSONStream:
         if self.peek():
             raise self._error("extra data after the JSON document")
 
-    def items(self):
+    def items(self, typed=None):
         self.expect("[", "'['")
         if self.peek() == "]":
             self.pos += 1
             return
         while True:
-            yield self.value()
+            yield self.value(typed)
             if self.expect(",]", "',' or ']'") == "]":
                 return
 
@@ -2136,11 +2374,13 @@ READ_ERRORS = (OSError, KeyError, ValueError, EOFError, RuntimeError, NotImpleme
                zipfile.BadZipFile)
 
 
-def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
+def prediction_records(pred_path, n_objects, n_predicates, mode, problems, handoff=None):
     """Read a prediction: returns (PredSource, iterator of its valid PredImage records in file
     order). triplets.json is read incrementally, one image record in memory at a time; problems
     with records are appended to ``problems`` (the iterator goes on to find them all); an
-    unreadable file or a wrong version raises SGEvalError."""
+    unreadable file or a wrong version raises SGEvalError. handoff: None, or a function of an
+    image id; a record whose text msgspec finds to be JSON and whose id handoff accepts comes as
+    a RecordText instead (its id checked, the rest not decoded: see _evaluate_record)."""
     if not os.path.exists(pred_path):
         raise SGEvalError([f"{pred_path}: no such file or directory"])
     if not os.path.isdir(pred_path):
@@ -2158,14 +2398,15 @@ def prediction_records(pred_path, n_objects, n_predicates, mode, problems):
     problems.extend(f"{pred_path}: ZIP member '{m}' appears {n} times (which one is meant?)"
                     for m, n in sorted(collections.Counter(members or ()).items()) if n > 1)
     return source, _records(source, name, None if members is None else set(members), n_objects, n_predicates,
-                            mode, problems)
+                            mode, problems, handoff)
 
 
-def _records(source, name, members, n_objects, n_predicates, mode, problems):
+def _records(source, name, members, n_objects, n_predicates, mode, problems, handoff=None):
     pred_path, version, seen_images, seen = source.path, None, False, set()
+    decoder = record_text_decoder() if handoff else typed_record_decoder()
     try:
         with source.open(name) as stream:
-            for key, value in JSONStream(stream).members():
+            for key, value in JSONStream(stream).members(typed={"images": decoder}):
                 if key == "version":
                     version = value
                     if type(version) is not int or version != 1:  # true is not 1
@@ -2173,8 +2414,14 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
                 elif key == "images" and not seen_images and isinstance(value, collections.abc.Iterator):
                     seen_images = True
                     for index, record in enumerate(value):
-                        pred = _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen,
-                                       problems)
+                        if isinstance(record, RecordText) and not handoff(str(record.image_id)):
+                            record = decoded_record(record.text)
+                        if isinstance(record, RecordText):
+                            image_id = _new_id(record.image_id, index, pred_path, seen, problems)
+                            pred = None if image_id is None else record._replace(image_id=image_id, index=index)
+                        else:
+                            pred = _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen,
+                                           problems)
                         if pred is not None:
                             yield pred
                 elif key == "images":
@@ -2191,43 +2438,63 @@ def _records(source, name, members, n_objects, n_predicates, mode, problems):
 
 
 def _record(record, index, pred_path, members, n_objects, n_predicates, mode, seen, problems):
-    """One image record of a file: its JSON decoded to arrays, then checked_prediction (the check
-    Evaluator.update's arrays pass) -> PredImage, or None after appending its problems."""
-    if not isinstance(record, dict) or type(record.get("id")) not in (int, str):
-        problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
+    """One image record of a file (a FileRecord, or its JSON values when it has another shape):
+    decoded to arrays, then checked_prediction (the check Evaluator.update's arrays pass) ->
+    PredImage, or None after appending its problems."""
+    typed = isinstance(record, FileRecord)
+    image_id = _new_id(record.id if typed else record.get("id") if isinstance(record, dict) else None, index,
+                       pred_path, seen, problems)
+    if image_id is None:
         return None
-    image_id = str(record["id"])
-    where = f"{pred_path}: image {image_id}"
-    if image_id in seen:
-        problems.append(f"{where}: duplicate image id")
+    where, before = f"{pred_path}: image {image_id}", len(problems)
+    parts = (record.instances, record.lists) if typed else _json_parts(record, where, mode, problems)
+    if parts is None:
         return None
-    seen.add(image_id)
-    instances = _instances(record, where, mode, problems)
-    if "triplets" not in record:
-        problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
-        return None
-    before = len(problems)
-    lists = _record_lists(record, where, problems)  # the lists that decode (every problem is reported)
-    if instances is None:
-        return None
-    pred = checked_prediction(image_id, where, Decoded(*instances, lists, "bbox"), n_objects, n_predicates, mode,
-                              problems)
+    (categories, boxes, scores), lists = parts
+    pred = checked_prediction(image_id, where, Decoded(categories, None if mode == "mask" else boxes, scores, lists,
+                                                       "bbox"), n_objects, n_predicates, mode, problems)
     if len(problems) > before:
         return None
-    before, seg_filename = len(problems), record.get("seg_filename")
-    if mode == "mask" and len(instances[0]):
+    before = len(problems)
+    seg_filename = record.seg_filename if typed else record.get("seg_filename")
+    if mode == "mask" and len(categories):
         if not isinstance(seg_filename, str) or not seg_filename:
             problems.append(f"{where}: field 'seg_filename' is required in mask mode")
         elif unsafe_member(seg_filename):
             problems.append(f"{where}: seg_filename '{seg_filename}' has an absolute path or '..'")
         elif members is not None and seg_filename not in members:
             problems.append(f"{where}: seg_filename '{seg_filename}' is not in the ZIP")
-    panoptic = record_panoptic(record.get("panoptic"), where, members, n_objects, mode, problems)
+    panoptic = None if typed else record_panoptic(record.get("panoptic"), where, members, n_objects, mode, problems)
     if pred is None or len(problems) > before:
         return None
     pred.seg_filename = seg_filename if isinstance(seg_filename, str) else None
     pred.panoptic = panoptic
     return pred
+
+
+def _new_id(record_id, index, pred_path, seen, problems):
+    """str of a record's id when it is an integer or a string not in seen (then added to it), else
+    None after appending the problem."""
+    if type(record_id) not in (int, str):
+        problems.append(f"{pred_path}: images[{index}]: field 'id' must be an integer or string")
+        return None
+    image_id = str(record_id)
+    if image_id in seen:
+        problems.append(f"{pred_path}: image {image_id}: duplicate image id")
+        return None
+    seen.add(image_id)
+    return image_id
+
+
+def _json_parts(record, where, mode, problems):
+    """((categories, boxes, scores), lists) of a record's JSON values (see _instances and
+    _record_lists), or None after appending their problems."""
+    instances = _instances(record, where, mode, problems)
+    if "triplets" not in record:
+        problems.append(f"{where}: missing field 'triplets' (an empty list is valid)")
+        return None
+    lists = _record_lists(record, where, problems)  # the lists that decode (every problem is reported)
+    return None if instances is None else (instances, lists)
 
 
 def _record_lists(record, where, problems):
@@ -5168,6 +5435,27 @@ def _map_batch(function, items, after_batch=None):
     if after_batch is not None:
         after_batch()
     return results
+
+
+def _evaluate_record(item):
+    """(slot, ImageTask, RecordText or None, number of object categories) -> (slot,
+    prediction_digest or None, the record's problems, the image's problems, pack_record or None):
+    the unit of work of Evaluator.update_file. A RecordText is decoded and checked here as
+    prediction_records checks a record (its id it checked), then for its protocol problems; it is
+    evaluated when it has none."""
+    slot, task, record, n_objects = item
+    found = []
+    if record is not None:
+        settings, path = task.settings, task.source.path
+        members = task.source.member_set() if settings.mode == "mask" else None
+        pred = _record(decoded_record(record.text), record.index, path, members, n_objects, settings.n_predicates,
+                       settings.mode, set(), found)
+        found += [] if pred is None else protocol_problems(pred, task.gt, settings, f"{path}: image {pred.image_id}")
+        if found or pred is None:
+            return slot, None, found, [], None
+        task = task._replace(pred=pred)
+    slot, digest, problems, values = _evaluate_slot((slot, task))
+    return slot, digest, found, problems, values
 
 
 def _evaluate_slot(item):
