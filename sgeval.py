@@ -5448,8 +5448,13 @@ def _evaluate_record(item):
     if record is not None:
         settings, path = task.settings, task.source.path
         members = task.source.member_set() if settings.mode == "mask" else None
-        pred = _record(decoded_record(record.text), record.index, path, members, n_objects, settings.n_predicates,
-                       settings.mode, set(), found)
+        try:
+            value = decoded_record(record.text)
+        except READ_ERRORS + (RecursionError,) as error:  # what msgspec accepted and the json module refuses
+            return slot, None, [f"{path}: image {record.image_id}: cannot read its record in triplets.json: "
+                                f"{type(error).__name__}: {error}"], [], None
+        pred = _record(value, record.index, path, members, n_objects, settings.n_predicates, settings.mode, set(),
+                       found)
         found += [] if pred is None else protocol_problems(pred, task.gt, settings, f"{path}: image {pred.image_id}")
         if found or pred is None:
             return slot, None, found, [], None

@@ -294,6 +294,25 @@ def test_workers_read_odd_texts_as_the_main_process_does(extra, mode, tmp_path):
     assert outcome(2) == outcome(1)
 
 
+def test_a_record_a_worker_cannot_decode_is_a_problem_naming_file_and_image(tmp_path, monkeypatch):
+    """A record msgspec found to be JSON that a worker's decoders still refuse (as the json module
+    refuses what msgspec accepts at the edges) is one problem line naming the file and the image,
+    not an exception out of update_file (the workers are forked with the decoder patched)."""
+    values = perfect_case(tmp_path, mode="box")
+    real = sgeval.decoded_record
+
+    def refusing(text):
+        if '"102"' in text:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(text)
+    monkeypatch.setattr(sgeval, "decoded_record", refusing)
+    evaluator = sgeval.Evaluator(sgeval.make_config({**values, "workers": 1}))
+    with pytest.raises(sgeval.SGEvalError) as caught:
+        evaluator.update_file(values["pred"], workers=2)
+    assert caught.value.problems == [f"{values['pred']}: image 102: cannot read its record in triplets.json: "
+                                     f"RecursionError: maximum recursion depth exceeded"]
+
+
 def test_the_record_text_decoder():
     decode = sgeval.record_text_decoder()
     assert decode('{"a": [1, 2.5], "id": 7}') == sgeval.RecordText(7, '{"a": [1, 2.5], "id": 7}')
