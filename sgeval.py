@@ -35,7 +35,8 @@ Contents, in the order one image flows
                         (pack_record / unpack_record) and the state_dict.
  4. Predictions in      checked_prediction: the one check of an image's prediction, after
                         update_prediction (update's arrays) or _record (a file's JSON record,
-                        read by prediction_records) decoded it into arrays.
+                        read by prediction_records; with workers, its text decoded in a worker by
+                        decoded_record) decoded it into arrays.
  5. Masks               the panoptic PNG (load_gt_masks, GTCache) and prediction TIFFs
                         (load_pred_masks) decoded by imagecodecs / tifffile, packed into bit rows.
  6. Kernels             numba: mask_iou, box_iou, the matchers, the SingleMPO merge, first_positions.
