@@ -3428,14 +3428,22 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
 
 @_kernel
 def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
+    """The SingleMPO merge walk (merge_walk) without the nodes' pixel counts: (node_of, source)."""
+    node_of, source, _ = merge_walk(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW)
+    return node_of, source
+
+
+@_kernel
+def merge_walk(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
     and absorbs every later instance that is its twin (twins_PP, see _twins). Returns node_of
-    (P,) (-1 = dropped) and the node's own instance (N,). The pixels each node claimed are written
-    to the first N rows of node_bits_NW when it has rows (shaped as bits_PW; contents ignored).
-    box_P5: mask_boxes of the masks: only the words of their rows are visited."""
+    (P,) (-1 = dropped), the node's own instance (N,) and (claim_pixels) the pixels it claimed
+    (N,). Those pixels are written to the first N rows of node_bits_NW when it has rows (shaped as
+    bits_PW; contents ignored). box_P5: mask_boxes of the masks: only the words of their rows are
+    visited."""
     n_pred, n_words, keep = twins_PP.shape[0], bits_PW.shape[1], node_bits_NW.shape[0] > 0
-    node_of, source = np.empty(n_pred, np.int64), np.empty(n_pred, np.int64)
+    node_of, source, area = np.empty(n_pred, np.int64), np.empty(n_pred, np.int64), np.empty(n_pred, np.int64)
     node_of[:] = -1
     source[:] = -1
     absorbed = np.empty(n_pred, np.bool_)
@@ -3447,12 +3455,11 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
         i = order_P[rank]
         if absorbed[i]:
             continue
-        start, stop = 0, 0  # the words of the mask's rows (an empty mask has none)
+        start, stop, free = 0, 0, 0  # the words of the mask's rows (an empty mask has none), its pixels claimed
         if claim_pixels:
             if box_P5[i, 0] > 0:
                 start = (box_P5[i, 1] * width) >> 6
                 stop = min(((box_P5[i, 2] + 1) * width + 63) >> 6, n_words)
-            free = 0
             for w in range(start, stop):
                 word = bits_PW[i, w] & ~claimed[w]
                 claimed[w] |= bits_PW[i, w]
@@ -3464,26 +3471,13 @@ def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, nod
         if keep:  # the node's words outside its rows
             node_bits_NW[n_nodes, :start] = 0
             node_bits_NW[n_nodes, stop:] = 0
-        node_of[i], source[n_nodes] = n_nodes, i
+        node_of[i], source[n_nodes], area[n_nodes] = n_nodes, i, free
         for later in range(rank + 1, n_pred):
             j = order_P[later]
             if not absorbed[j] and _twins(i, j, twins_PP, bits_PW, box_P5, width):
                 absorbed[j], node_of[j] = True, n_nodes
         n_nodes += 1
-    return node_of, source[:n_nodes]
-
-
-@_kernel
-def span_pixel_counts(bits_NW, box_N5, width):
-    """(N,) int64 pixels of each packed mask, counted over the words of its box's rows (box_N5:
-    mask_boxes of masks holding at least these pixels)."""
-    counts = np.zeros(bits_NW.shape[0], np.int64)
-    for n in range(bits_NW.shape[0]):
-        if box_N5[n, 0] > 0:
-            stop = min(((box_N5[n, 2] + 1) * width + 63) >> 6, bits_NW.shape[1])
-            for w in range((box_N5[n, 1] * width) >> 6, stop):
-                counts[n] += popcount64(bits_NW[n, w])
-    return counts
+    return node_of, source[:n_nodes], area[:n_nodes]
 
 
 @_kernel
@@ -3716,6 +3710,7 @@ class Merge(typing.NamedTuple):
     source: np.ndarray  # (N,) each node's own instance
     node_bits: np.ndarray  # (N, W) the pixels each node claimed; (0, W) unless SingleMPO needs them
     triplets: np.ndarray  # (T, 3) triplets remapped to nodes
+    node_boxes: np.ndarray  # (N, 5) mask mode: the pixels each node claimed and its mask's box, which holds them
 
 
 def compare_masks(gt, pred, source, needed, threshold, gt_cache=None):
@@ -3745,8 +3740,11 @@ def merge_prediction(pred, masks, width, keep_nodes):
         bits, boxes, twins = masks.pred_bits, masks.pred_boxes, np.full((len(masks.pred_bits),) * 2, -1, np.int8)
     rows = len(bits) if keep_nodes else 0
     node_bits = _buffer("node_bits", rows * bits.shape[1], np.uint64).reshape(rows, bits.shape[1])
-    node_of, source = merge_instances(twins, bits, boxes, width, merge_order(pred), masks is not None, node_bits)
-    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of))
+    node_of, source, area = merge_walk(twins, bits, boxes, width, merge_order(pred), masks is not None, node_bits)
+    node_boxes = boxes[source]
+    node_boxes[:, 0] = area
+    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of),
+                 node_boxes)
 
 
 CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_count_differs", "boxes_differ",
@@ -4110,7 +4108,7 @@ class SingleMPO(Protocol):
         gt, masks, merge, settings = compared.gt, compared.masks, compared.merge, compared.settings
         node_iou = compared.iou[merge.source] if masks is None else mask_iou(
             masks.gt_bits, gt.categories, masks.gt_boxes, merge.node_bits, compared.pred.categories[merge.source],
-            mask_boxes(merge.node_bits, gt.width), gt.width, settings.iou_threshold)
+            merge.node_boxes, gt.width, settings.iou_threshold)
         return Matching(match_unique(node_iou, settings.iou_threshold), merge.node_of, None)
 
     def count(self, compared, matching, triplets, ng_triplets):
@@ -4603,10 +4601,10 @@ def claimed_segments(pred, bits, boxes, width, order, twins):
     each node claimed, boxes (its mask's box, which holds them, with their exact pixel count) and
     the categories of the masks that made them."""
     node_bits = np.empty_like(bits)
-    _, source = merge_instances(twins, bits, boxes, width, order, True, node_bits)
-    node_bits, node_boxes = node_bits[:len(source)], boxes[source]
-    node_boxes[:, 0] = span_pixel_counts(node_bits, node_boxes, width)
-    return node_bits, node_boxes, pred.categories[source]
+    _, source, area = merge_walk(twins, bits, boxes, width, order, True, node_bits)
+    node_boxes = boxes[source]
+    node_boxes[:, 0] = area
+    return node_bits[:len(source)], node_boxes, pred.categories[source]
 
 
 MERGE_RULES = {rule.name: rule for rule in (NoMerge(), ScoreOrder(), FirstWins())}
@@ -4908,11 +4906,16 @@ def pq_sources(store):
     return {"source": used[0] if len(used) == 1 else "mixed" if used else "none", "images_by_source": by_source}
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed_k(labels):
+    """parse_k of each label of a tuple."""
+    return [parse_k(label) for label in labels]
+
+
 def k_values(k_labels, n_relations):
     """Absolute k per label for an image with n_relations GT triplets (x-labels are relative)."""
     values = []
-    for label in k_labels:
-        k, relative = parse_k(label)
+    for k, relative in _parsed_k(tuple(k_labels)):
         values.append(max(1, math.floor(min(k * n_relations + 0.5, 2 ** 62))) if relative else min(k, 2 ** 62))
     return values
 
@@ -4932,6 +4935,18 @@ def _first_occurrences(keys_N):
     if len(keys_N) == 0:
         return np.zeros(0, np.int64)
     return np.sort(np.unique(keys_N, return_index=True)[1])
+
+
+def _first_rows(rows_N3, n_pred, n_predicates, by_triplet, limit):
+    """The indices, in order, of the first limit rows whose subject-object pair (by_triplet: whose
+    triplet) no earlier row has, read from the shortest prefix of the rows that holds them."""
+    size = min(len(rows_N3), 2 * limit + 16)
+    while True:
+        keys = rows_N3[:size, 0] * n_pred + rows_N3[:size, 1]
+        first = _first_occurrences(keys * n_predicates + rows_N3[:size, 2] if by_triplet else keys)
+        if len(first) >= limit or size == len(rows_N3):
+            return first[:limit]
+        size = min(len(rows_N3), 4 * size)
 
 
 def _mapped_keys(triplets_N3, pred_to_gt_P, n_gt, n_predicates):
@@ -4968,26 +4983,23 @@ def image_counts(relations_R3, zeroshot_R, n_gt, pred_to_gt_P, triplets_N3, ng_t
     gt_pairs = relations_R3[:, 0] * n_gt + relations_R3[:, 1]
     gt_keys = gt_pairs * C + relations_R3[:, 2]
 
-    pred_pairs = triplets_N3[:, 0] * n_pred + triplets_N3[:, 1]
-    pred_keys = pred_pairs * C + triplets_N3[:, 2]
-    selected = triplets_N3[_first_occurrences(pred_pairs if graph_constraint else pred_keys)[:max(*ks, k_confusion)]]
+    selected = triplets_N3[_first_rows(triplets_N3, n_pred, C, not graph_constraint, max(*ks, k_confusion))]
     sel_pairs, sel_keys = _mapped_keys(selected, pred_to_gt_P, n_gt, C)
     first_gc, first_pair = first_positions(sel_keys, gt_keys), first_positions(sel_pairs, gt_pairs)
 
-    ng_keys = (ng_triplets_M3[:, 0] * n_pred + ng_triplets_M3[:, 1]) * C + ng_triplets_M3[:, 2]
-    ng_selected = ng_triplets_M3[_first_occurrences(ng_keys)]
-    first_ng = first_positions(_mapped_keys(ng_selected, pred_to_gt_P, n_gt, C)[1], gt_keys)
+    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
+    ng_selected = _first_rows(ng_triplets_M3, n_pred, C, True, len(ng_triplets_M3))
+    first_ng = first_positions(all_keys[ng_selected], gt_keys)
 
     matched = np.zeros(n_gt, bool)
     matched[pred_to_gt_P[pred_to_gt_P >= 0]] = True
-    all_pairs, all_keys = _mapped_keys(ng_triplets_M3, pred_to_gt_P, n_gt, C)
-    kept = np.flatnonzero(all_keys >= 0)
+    kept = np.flatnonzero(np.isin(all_pairs, gt_pairs))  # PRank ranks the triplets of GT pairs only
     kept = kept[_first_occurrences(all_keys[kept])]
     position = first_positions(all_keys[kept], gt_keys)
     prank = np.full(len(relations_R3), -1)
     prank[position >= 0] = _occurrence_ranks(all_pairs[kept])[position[position >= 0]]
     counts = _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched, first_gc, first_pair, first_ng, prank,
-                           ng_selected[:, 2], subsets_RS=subsets_RS)
+                           ng_triplets_M3[ng_selected, 2], subsets_RS=subsets_RS)
     if confusion_k:
         counts["confusion"] = confusion_cells(relations_R3, first_gc, first_pair, selected[:, 2], k_confusion, C)
     return counts
@@ -5033,7 +5045,7 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
     the predicates of the NG list IMR walks (its position within its predicate is IMR's rank);
     ng_ks: the cut-offs of the NG selection (default ks); subsets_RS: (R, S) bool, the rows of
     each configured subset (None: none)."""
-    predicate, imr_ks = relations_R3[:, 2], [int(k) for k in imr_labels]
+    predicate, imr_ks = relations_R3[:, 2], np.array([int(k) for k in imr_labels], np.int64)
     gt_pairs = relations_R3[:, 0] * len(matched_G) + relations_R3[:, 1]
     first_pair = first_pair_R[np.unique(gt_pairs, return_index=True)[1]]
     rank_in_predicate = np.full(len(relations_R3), np.iinfo(np.int64).max)
@@ -5042,31 +5054,34 @@ def _count_fields(relations_R3, zeroshot_R, ks, imr_labels, C, matched_G, first_
     listed = np.bincount(ng_predicates_M, minlength=C)
     both_ends = matched_G[relations_R3[:, 0]] & matched_G[relations_R3[:, 1]]
     appears = prank_R >= 0
-
-    def hit_masks(first, cutoffs):
-        return [(first >= 0) & (first < k) for k in cutoffs]
-
-    gc, ng = hit_masks(first_gc_R, ks), hit_masks(first_ng_R, ks if ng_ks is None else ng_ks)
-    per_predicate = lambda masks: np.stack([np.bincount(predicate[m], minlength=C) for m in masks])  # noqa: E731
+    cutoffs = np.array(ks, np.int64)[:, None]
+    gc = (first_gc_R >= 0) & (first_gc_R < cutoffs)  # (K, R): the GT triplets each cut-off finds
+    ng = (first_ng_R >= 0) & (first_ng_R < (cutoffs if ng_ks is None else np.array(ng_ks, np.int64)[:, None]))
     return {
         "gt_rel": np.bincount(predicate, minlength=C),
-        "gc_hits": per_predicate(gc),
-        "ng_hits": per_predicate(ng),
+        "gc_hits": _found_per_predicate(predicate, gc, C),
+        "ng_hits": _found_per_predicate(predicate, ng, C),
         "gt_pairs": len(first_pair),
-        "pair_hits": [np.count_nonzero((first_pair >= 0) & (first_pair < k)) for k in ks],
+        "pair_hits": np.count_nonzero((first_pair >= 0) & (first_pair < cutoffs), axis=1),
         "inf_hits": np.bincount(predicate[both_ends], minlength=C),
         "gt_inst": len(matched_G),
         "inst_hits": np.count_nonzero(matched_G),
         "rank_sum": np.bincount(predicate[appears], prank_R[appears], minlength=C).astype(np.int64),
         "rank_n": np.bincount(predicate[appears], minlength=C),
         "z_gt": np.count_nonzero(zeroshot_R),
-        "z_gc_hits": [np.count_nonzero(m & zeroshot_R) for m in gc],
-        "z_ng_hits": [np.count_nonzero(m & zeroshot_R) for m in ng],
-        "imr_hits": per_predicate([rank_in_predicate < k for k in imr_ks]),
-        "imr_short": [int((listed[predicate] < k).any()) for k in imr_ks],
+        "z_gc_hits": np.count_nonzero(gc & zeroshot_R, axis=1),
+        "z_ng_hits": np.count_nonzero(ng & zeroshot_R, axis=1),
+        "imr_hits": _found_per_predicate(predicate, rank_in_predicate < imr_ks[:, None], C),
+        "imr_short": (listed[predicate] < imr_ks[:, None]).any(axis=1).astype(np.int64),
         "a_hits": np.zeros(len(ks), np.int64),  # set by evaluate_image for sgcls / predcls
         **subset_fields(predicate, subsets_RS, gc, ng, C),
     }
+
+
+def _found_per_predicate(predicate_R, found_LR, C):
+    """(L, C): per row of found_LR (bool masks of the GT triplets), the triplets found per predicate."""
+    keys = np.arange(len(found_LR))[:, None] * C + predicate_R
+    return np.bincount(keys[found_LR], minlength=len(found_LR) * C).reshape(len(found_LR), C)
 
 
 def subset_fields(predicate_R, subsets_RS, gc_masks, ng_masks, C):
