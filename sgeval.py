@@ -2170,15 +2170,21 @@ def decoded_record(text):
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(limit + 100)
     try:
-        for decode in (typed_record_decoder(), JSONStream.FAST):
-            try:
-                if decode is not None:
-                    return decode(text)
-            except (ValueError, RecursionError):
-                continue
-        return json.loads(text)
+        value = _first_decoding(text, (typed_record_decoder(), JSONStream.FAST))
+        return json.loads(text) if value is None else value
     finally:
         sys.setrecursionlimit(limit)
+
+
+def _first_decoding(text, decoders):
+    """The value of text by the first of decoders (None entries skipped) that decodes it, else None."""
+    for decode in decoders:
+        try:
+            if decode is not None:
+                return decode(text)
+        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+            continue
+    return None
 
 
 class JSONStream:
@@ -2247,15 +2253,10 @@ class JSONStream:
     def _fast_object(self, typed):
         """The object at pos decoded by typed, else by FAST (None when neither decodes its cut)."""
         end = self._quick_end()
-        for decode in (typed, self.FAST) if end is not None else ():
-            try:
-                value = decode(self.text[self.pos:end]) if decode is not None else None
-            except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
-                continue
-            if value is not None:
-                self.pos = end
-                return value
-        return None
+        value = None if end is None else _first_decoding(self.text[self.pos:end], (typed, self.FAST))
+        if value is not None:
+            self.pos = end
+        return value
 
     def _quick_end(self):
         """The object's end: the cut before the next item of its list in the window that starts
@@ -3427,13 +3428,6 @@ def duplicate_instances(twins_PP, bits_PW, box_P5, width, categories_P):
 
 
 @_kernel
-def merge_instances(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
-    """The SingleMPO merge walk (merge_walk) without the nodes' pixel counts: (node_of, source)."""
-    node_of, source, _ = merge_walk(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW)
-    return node_of, source
-
-
-@_kernel
 def merge_walk(twins_PP, bits_PW, box_P5, width, order_P, claim_pixels, node_bits_NW):
     """SingleMPO merge walk in the given order. An instance not yet absorbed becomes a node unless
     (claim_pixels) all its pixels are claimed already (then it is dropped); it claims its pixels
@@ -3741,10 +3735,16 @@ def merge_prediction(pred, masks, width, keep_nodes):
     rows = len(bits) if keep_nodes else 0
     node_bits = _buffer("node_bits", rows * bits.shape[1], np.uint64).reshape(rows, bits.shape[1])
     node_of, source, area = merge_walk(twins, bits, boxes, width, merge_order(pred), masks is not None, node_bits)
+    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of),
+                 _node_boxes(boxes, source, area))
+
+
+def _node_boxes(boxes, source, area):
+    """(N, 5) boxes of a merge walk's nodes: the box of each node's own mask, which holds the
+    pixels the node claimed, with their count (merge_walk's area)."""
     node_boxes = boxes[source]
     node_boxes[:, 0] = area
-    return Merge(twins, bits, boxes, node_of, source, node_bits[:len(source)], remap_to_nodes(pred.triplets, node_of),
-                 node_boxes)
+    return node_boxes
 
 
 CHECK_FIELDS = ("rows", "rows_on_gt_pairs", "rows_repeating_a_pair", "instance_count_differs", "boxes_differ",
@@ -4597,14 +4597,12 @@ class FirstWins(MergeRule):
 
 
 def claimed_segments(pred, bits, boxes, width, order, twins):
-    """The segments of a merge walk (merge_instances in order, twins as it takes them): the pixels
+    """The segments of a merge walk (merge_walk in order, twins as it takes them): the pixels
     each node claimed, boxes (its mask's box, which holds them, with their exact pixel count) and
     the categories of the masks that made them."""
     node_bits = np.empty_like(bits)
     _, source, area = merge_walk(twins, bits, boxes, width, order, True, node_bits)
-    node_boxes = boxes[source]
-    node_boxes[:, 0] = area
-    return node_bits[:len(source)], node_boxes, pred.categories[source]
+    return node_bits[:len(source)], _node_boxes(boxes, source, area), pred.categories[source]
 
 
 MERGE_RULES = {rule.name: rule for rule in (NoMerge(), ScoreOrder(), FirstWins())}
@@ -6013,11 +6011,10 @@ mode ``masks`` and ``panoptic`` are ignored, as ``seg_filename`` is.
   Results never depend on the order of updates or merges.
 * ``update`` checks and packs the masks (1 bit a pixel) in the caller's thread and evaluates the
   image (and digests its arrays) in one of ``workers`` threads (the numba kernels release the
-  GIL), so the evaluation runs
-  beside the model; at most 2 x ``workers`` images wait (``update`` blocks beyond), and every
-  other method waits for them first (a problem found then, with the GT's panoptic PNG, is raised
-  by the next call and the image is left out of the state). An Evaluator is used from one thread;
-  it pickles and copies without its threads.
+  GIL), so the evaluation runs beside the model; at most 2 x ``workers`` images wait (``update``
+  blocks beyond), and every other method waits for them first (a problem found then, with the
+  GT's panoptic PNG, is raised by the next call and the image is left out of the state). An
+  Evaluator is used from one thread; it pickles and copies without its threads.
 * ``compute(missing="empty")`` returns the results dict of ``evaluate``; GT images without an
   update are scored as predicting nothing and counted (``missing_predictions``), as a file
   without their records. ``missing="skip"`` evaluates the updated images only (a quick validation

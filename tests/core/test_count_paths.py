@@ -233,7 +233,7 @@ def test_merge_walk_nodes_pixels_and_boxes_match_bool_masks(seed):
     np.testing.assert_array_equal(node_bits[:len(source)], sgeval.pack_masks(
         np.array(pixels, bool).reshape(-1, height, width)))
     twins = np.full((len(masks),) * 2, -1, np.int8)
-    assert sgeval.merge_instances(twins, bits, boxes, width, order, True, np.zeros((0, bits.shape[1]), np.uint64))[
+    assert sgeval.merge_walk(twins, bits, boxes, width, order, True, np.zeros((0, bits.shape[1]), np.uint64))[
         1].tolist() == expected_source
     for node, i in enumerate(source):  # the node's box (its mask's) holds its pixels
         exact = sgeval.mask_boxes(node_bits[node:node + 1], width)[0]

@@ -1,6 +1,6 @@
 """numba kernels against their plain-Python versions (.py_func) and simple references: mask_iou,
 mask_boxes, popcount64, box_iou, the matchers, first_positions, pack_masks and the twins of the
-merge, _twins (pack_segments, the PNG packer: test_masks.py; merge_instances: test_protocols.py)."""
+merge, _twins (pack_segments, the PNG packer: test_masks.py; merge_walk: test_protocols.py)."""
 
 import numpy as np
 import pytest

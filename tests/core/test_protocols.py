@@ -1,4 +1,4 @@
-"""Hand-computed fixtures on sgeval: the SingleMPO merge (merge_instances and its twins, then
+"""Hand-computed fixtures on sgeval: the SingleMPO merge (merge_walk and its twins, then
 whole runs), the three protocols, zero-shot, IMR / wIMR, pooled aggregation and the protocol
 audit."""
 
@@ -28,7 +28,7 @@ TRIPLETS = [[1, 2, RIDING], [6, 3, BESIDE], [0, 1, RIDING], [0, 3, BESIDE]]
 
 
 def garbage(shape):
-    """A node buffer for merge_instances full of set bits: its contents must not matter."""
+    """A node buffer for merge_walk full of set bits: its contents must not matter."""
     return np.full(shape, np.iinfo(np.uint64).max, np.uint64)
 
 
@@ -44,7 +44,7 @@ def merge(scores):
     boxes = sgeval.mask_boxes(bits, 8)
     order = sgeval.merge_order(pred)
     node_bits = garbage(bits.shape)
-    node_of, source = sgeval.merge_instances(undecided(len(bits)), bits, boxes, 8, order, True, node_bits)
+    node_of, source, _ = sgeval.merge_walk(undecided(len(bits)), bits, boxes, 8, order, True, node_bits)
     node_masks = np.unpackbits(node_bits[:len(source)].view(np.uint8), axis=1)[:, :16].reshape(-1, 2, 8)
     return order.tolist(), node_of.tolist(), source.tolist(), node_masks.astype(bool)
 
@@ -87,11 +87,11 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
     for order in (np.arange(14), rng.permutation(14)):
         for claim in (True, False):
             node_bits = garbage(bits.shape)
-            node_of, source = sgeval.merge_instances(undecided(14), bits, boxes, width, order, claim, node_bits)
+            node_of, source, _ = sgeval.merge_walk(undecided(14), bits, boxes, width, order, claim, node_bits)
             nodes = node_bits[:len(source)]
-            for kernel, walk_boxes, buffer in ((sgeval.merge_instances.py_func, boxes, np.zeros_like(bits)),
-                                               (sgeval.merge_instances, full, garbage(bits.shape))):
-                other_node_of, other_source = kernel(undecided(14), bits, walk_boxes, width, order, claim, buffer)
+            for kernel, walk_boxes, buffer in ((sgeval.merge_walk.py_func, boxes, np.zeros_like(bits)),
+                                               (sgeval.merge_walk, full, garbage(bits.shape))):
+                other_node_of, other_source, _ = kernel(undecided(14), bits, walk_boxes, width, order, claim, buffer)
                 np.testing.assert_array_equal(other_node_of, node_of)
                 np.testing.assert_array_equal(other_source, source)
                 np.testing.assert_array_equal(buffer[:len(source)], nodes)
@@ -104,8 +104,8 @@ def test_merge_kernel_matches_py_func_and_an_unpruned_walk(width):
                     np.testing.assert_array_equal(nodes[n], own)
                     claimed |= masks[i]
             unkept = np.zeros((0, bits.shape[1]), np.uint64)  # node masks not kept
-            unkept_node_of, unkept_source = sgeval.merge_instances(undecided(14), bits, boxes, width, order, claim,
-                                                                   unkept)
+            unkept_node_of, unkept_source, _ = sgeval.merge_walk(undecided(14), bits, boxes, width, order, claim,
+                                                                 unkept)
             np.testing.assert_array_equal(unkept_node_of, node_of)
             np.testing.assert_array_equal(unkept_source, source)
 

@@ -812,7 +812,7 @@ def test_merge_order_by_score_and_by_first_appearance():
 
 
 def test_singlempo_merge_claims_pixels_absorbs_across_labels_and_drops():
-    # Reference only: the reference's singlempo_merge; sgeval's merge_instances: test_protocols.py.
+    # Reference only: the reference's singlempo_merge; sgeval's merge_walk: test_protocols.py.
     masks = row_masks("I0", "I1", "I2", "I3", "I4", "I5")
     node_of, creators, node_masks, absorbed, dropped = singlempo_merge([2, 5, 0, 1, 3, 4], "mask", masks)
     assert creators == [2, 0, 1]
